@@ -1,0 +1,16 @@
+# The two set-up commands (see README):
+#   make train   install, then train the default job (ManiSkill PickCube-v1, state, SAC, this machine)
+#   make test    install, then run the test suite (what CI runs)
+.PHONY: install train test bench
+
+install:
+	bash scripts/install.sh
+
+train: install
+	.venv/bin/rlinf-user train --sim maniskill $(ARGS)
+
+test: install
+	.venv/bin/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	.venv/bin/python benchmarks/run_all.py

@@ -1,0 +1,96 @@
+"""Tanh-Gaussian actor and critic ensembles for the SAC family."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlinf_user.policies.layers import BatchRenorm, EnsembleLinear
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = False) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    d = in_dim
+    for h in hidden:
+        layers.append(nn.Linear(d, h))
+        if layer_norm:
+            layers.append(nn.LayerNorm(h))
+        layers.append(nn.ReLU())
+        d = h
+    layers.append(nn.Linear(d, out_dim))
+    return nn.Sequential(*layers)
+
+
+class TanhGaussianActor(nn.Module):
+    """Maps encoder features to a tanh-squashed Gaussian over actions in [-1, 1]."""
+
+    def __init__(
+        self,
+        feature_dim: int,
+        action_dim: int,
+        hidden: Sequence[int],
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+    ):
+        super().__init__()
+        self.net = mlp(feature_dim, hidden, 2 * action_dim)
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+
+    def forward(self, feats: torch.Tensor):
+        mean, log_std = self.net(feats).chunk(2, dim=-1)
+        log_std = torch.tanh(log_std)
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (log_std + 1)
+        return mean, log_std
+
+    def sample(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample and its log-probability (with the tanh correction)."""
+        mean, log_std = self(feats)
+        std = log_std.exp()
+        noise = torch.randn_like(mean)
+        pre = mean + std * noise
+        action = torch.tanh(pre)
+        log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * torch.log(torch.tensor(2 * torch.pi))).sum(-1)
+        log_prob = log_prob - (2 * (torch.log(torch.tensor(2.0)) - pre - F.softplus(-2 * pre))).sum(-1)
+        return action, log_prob
+
+    @torch.no_grad()
+    def act(self, feats: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        if deterministic:
+            return torch.tanh(self(feats)[0])
+        return self.sample(feats)[0]
+
+
+class CriticEnsemble(nn.Module):
+    """``num_critics`` Q-functions evaluated in one batched pass; returns ``(E, B)``."""
+
+    def __init__(
+        self,
+        feature_dim: int,
+        action_dim: int,
+        hidden: Sequence[int],
+        num_critics: int = 2,
+        layer_norm: bool = False,
+        batch_norm: bool = False,
+    ):
+        super().__init__()
+        self.num_critics = num_critics
+        layers: list[nn.Module] = []
+        d = feature_dim + action_dim
+        if batch_norm:
+            layers.append(BatchRenorm(d, leading=()))
+        for h in hidden:
+            layers.append(EnsembleLinear(num_critics, d, h))
+            if batch_norm:
+                layers.append(BatchRenorm(h, leading=(num_critics,)))
+            elif layer_norm:
+                layers.append(nn.LayerNorm(h, elementwise_affine=False))
+            layers.append(nn.ReLU())
+            d = h
+        layers.append(EnsembleLinear(num_critics, d, 1))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, feats: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([feats, action], dim=-1)).squeeze(-1)

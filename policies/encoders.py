@@ -1,0 +1,73 @@
+"""Observation encoders: the contract observation dict -> one feature vector."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+class StateEncoder(nn.Module):
+    """Uses ``obs["state"]`` as is."""
+
+    def __init__(self, state_dim: int):
+        super().__init__()
+        self.out_dim = state_dim
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return obs["state"]
+
+
+class ConvEncoder(nn.Module):
+    """A small CNN per camera (uint8 HxWx3 in), features concatenated with the state.
+
+    Convolutions follow the DrQ/SAC-AE shape (3x3, first stride 2); each camera gets its own
+    trunk, projected to ``feature_dim`` with LayerNorm + tanh.
+    """
+
+    def __init__(
+        self,
+        state_dim: int,
+        cameras: dict[str, tuple[int, int]],
+        channels: Sequence[int] = (32, 32, 32, 32),
+        feature_dim: int = 64,
+    ):
+        super().__init__()
+        if not cameras:
+            raise ValueError("policy 'cnn' needs at least one camera (env.cameras=[...])")
+        self.cameras = sorted(cameras)
+        self.trunks = nn.ModuleDict()
+        self.heads = nn.ModuleDict()
+        for name in self.cameras:
+            layers: list[nn.Module] = []
+            c_in = 3
+            for i, c in enumerate(channels):
+                layers += [nn.Conv2d(c_in, c, 3, stride=2 if i == 0 else 1), nn.ReLU()]
+                c_in = c
+            trunk = nn.Sequential(*layers, nn.Flatten())
+            h, w = cameras[name]
+            with torch.no_grad():
+                flat = trunk(torch.zeros(1, 3, h, w)).shape[-1]
+            self.trunks[name] = trunk
+            self.heads[name] = nn.Sequential(
+                nn.Linear(flat, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh()
+            )
+        self.out_dim = state_dim + feature_dim * len(self.cameras)
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        feats = [obs["state"]]
+        for name in self.cameras:
+            img = obs["images"][name].permute(0, 3, 1, 2).float() / 255.0 - 0.5
+            feats.append(self.heads[name](self.trunks[name](img)))
+        return torch.cat(feats, dim=-1)
+
+
+def build_encoder(policy_cfg, state_dim: int, cameras: dict[str, tuple[int, int]]) -> nn.Module:
+    if policy_cfg.name == "mlp":
+        return StateEncoder(state_dim)
+    if policy_cfg.name == "cnn":
+        return ConvEncoder(
+            state_dim, cameras, policy_cfg.encoder_channels, policy_cfg.image_feature_dim
+        )
+    raise ValueError(f"unknown policy {policy_cfg.name!r}; available: mlp, cnn")

@@ -1,0 +1,34 @@
+"""DrQ image augmentation: random shifts by replicate-padding then random cropping."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
+    """Shift each uint8/float image in ``(B, H, W, C)`` by up to ``pad`` pixels.
+
+    Implemented with one ``grid_sample`` call (as in DrQ-v2), so it stays on the device.
+    """
+    if pad <= 0:
+        return images
+    b, h, w, c = images.shape
+    x = images.permute(0, 3, 1, 2).float()
+    x = F.pad(x, (pad, pad, pad, pad), mode="replicate")
+    eps = 1.0 / (h + 2 * pad)
+    arange = torch.linspace(-1.0 + eps, 1.0 - eps, h + 2 * pad, device=x.device)[:h]
+    arange = arange.unsqueeze(0).repeat(h, 1).unsqueeze(2)
+    base = torch.cat([arange, arange.transpose(1, 0)], dim=2).unsqueeze(0).repeat(b, 1, 1, 1)
+    shift = torch.randint(0, 2 * pad + 1, (b, 1, 1, 2), device=x.device).float() * (
+        2.0 / (h + 2 * pad)
+    )
+    out = F.grid_sample(x, base + shift, padding_mode="zeros", align_corners=False)
+    out = out.permute(0, 2, 3, 1)
+    return out.round().clamp(0, 255).to(images.dtype) if images.dtype == torch.uint8 else out
+
+
+def augment_obs(obs: dict, pad: int) -> dict:
+    if pad <= 0 or not obs.get("images"):
+        return obs
+    return {**obs, "images": {k: random_shift(v, pad) for k, v in obs["images"].items()}}

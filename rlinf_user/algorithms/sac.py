@@ -1,0 +1,196 @@
+"""SAC with critic ensembles, high update-to-data, RLPD demo mixing and CrossQ.
+
+One class covers the family; the config picks the variant:
+
+* ``sac``: twin (or ensemble) critics with Polyak target networks.
+* ``rlpd``: SAC + LayerNorm critics + 50/50 online/demo batches (``demo_ratio``) and a
+  larger ensemble with a random min-subset (REDQ), as in Ball et al. 2023.
+* ``crossq``: batch-renormalised critics, no target network; current and next
+  state-actions pass through the critic in one joint batch (Bhatt et al. 2024).
+
+Images are augmented with DrQ random shifts; the encoder is trained by the critic loss
+and seen detached by the actor.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlinf_user.algorithms.augment import augment_obs
+from rlinf_user.policies.actor_critic import CriticEnsemble, TanhGaussianActor
+from rlinf_user.policies.encoders import build_encoder
+
+log = logging.getLogger(__name__)
+
+
+class PolicyModule(nn.Module):
+    """What rollout needs: encoder + actor. Published to env workers by version."""
+
+    def __init__(self, encoder: nn.Module, actor: TanhGaussianActor):
+        super().__init__()
+        self.encoder = encoder
+        self.actor = actor
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+        return self.actor.act(self.encoder(obs), deterministic)
+
+
+def build_policy(policy_cfg, state_dim: int, cameras: dict, action_dim: int) -> PolicyModule:
+    encoder = build_encoder(policy_cfg, state_dim, cameras)
+    actor = TanhGaussianActor(
+        encoder.out_dim, action_dim, policy_cfg.hidden, policy_cfg.log_std_min, policy_cfg.log_std_max
+    )
+    return PolicyModule(encoder, actor)
+
+
+class SAC(nn.Module):
+    def __init__(self, algo_cfg, policy_cfg, state_dim: int, cameras: dict, action_dim: int, device="cpu"):
+        super().__init__()
+        self.cfg = algo_cfg
+        self.device = torch.device(device)
+        self.crossq = algo_cfg.name == "crossq"
+        self.policy = build_policy(policy_cfg, state_dim, cameras, action_dim)
+        feat = self.policy.encoder.out_dim
+        self.critic = CriticEnsemble(
+            feat,
+            action_dim,
+            policy_cfg.hidden,
+            algo_cfg.num_critics,
+            layer_norm=algo_cfg.critic_layer_norm,
+            batch_norm=algo_cfg.batch_norm or self.crossq,
+        )
+        self.target_critic = None if self.crossq else copy.deepcopy(self.critic).requires_grad_(False)
+        self.target_encoder = (
+            None if self.crossq else copy.deepcopy(self.policy.encoder).requires_grad_(False)
+        )
+        self.log_alpha = nn.Parameter(torch.tensor(float(algo_cfg.init_temperature)).log())
+        self.target_entropy = (
+            algo_cfg.target_entropy if algo_cfg.target_entropy is not None else -action_dim / 2.0
+        )
+        betas = (0.5, 0.999) if self.crossq else (0.9, 0.999)
+        self.critic_opt = torch.optim.Adam(
+            list(self.critic.parameters()) + list(self.policy.encoder.parameters()),
+            lr=algo_cfg.critic_lr,
+            betas=betas,
+        )
+        self.actor_opt = torch.optim.Adam(self.policy.actor.parameters(), lr=algo_cfg.actor_lr, betas=betas)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=algo_cfg.alpha_lr, betas=betas)
+        self.num_updates = 0
+        self.to(self.device)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.exp()
+
+    def _target_min(self, q: torch.Tensor) -> torch.Tensor:
+        """Min over a random subset of ``num_min_critics`` members (REDQ); q is (E, B)."""
+        k = min(self.cfg.num_min_critics, q.shape[0])
+        if k < q.shape[0]:
+            idx = torch.randperm(q.shape[0], device=q.device)[:k]
+            q = q[idx]
+        return q.min(dim=0).values
+
+    def _critic_loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        reward = batch["reward"] * self.cfg.reward_scale
+        not_done = 1.0 - batch["terminated"]
+        alpha = self.alpha.detach()
+        if self.crossq:
+            feats = self.policy.encoder(obs)
+            next_feats = self.policy.encoder(next_obs)
+            with torch.no_grad():
+                next_a, next_logp = self.policy.actor.sample(next_feats)
+            q_all = self.critic(
+                torch.cat([feats, next_feats.detach()]), torch.cat([batch["action"], next_a])
+            )
+            q, next_q = q_all.split(feats.shape[0], dim=1)
+            with torch.no_grad():
+                target = reward + not_done * self.cfg.gamma * (
+                    self._target_min(next_q) - alpha * next_logp
+                )
+        else:
+            feats = self.policy.encoder(obs)
+            with torch.no_grad():
+                next_a, next_logp = self.policy.actor.sample(self.policy.encoder(next_obs))
+                next_q = self.target_critic(self.target_encoder(next_obs), next_a)
+                target = reward + not_done * self.cfg.gamma * (
+                    self._target_min(next_q) - alpha * next_logp
+                )
+            q = self.critic(feats, batch["action"])
+        loss = F.mse_loss(q, target.unsqueeze(0).expand_as(q)) * q.shape[0]
+        return loss, {"critic_loss": loss.item() / q.shape[0], "q_mean": q.mean().item()}
+
+    def _actor_loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        feats = self.policy.encoder(batch["obs"]).detach()
+        action, logp = self.policy.actor.sample(feats)
+        if self.crossq:
+            self.critic.eval()
+        q = self.critic(feats, action).mean(dim=0)
+        if self.crossq:
+            self.critic.train()
+        actor_loss = (self.alpha.detach() * logp - q).mean()
+        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        return actor_loss, alpha_loss, {"entropy": -logp.mean().item()}
+
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        """One critic update (and an actor/temperature update every ``actor_update_every``)."""
+        batch = {
+            **batch,
+            "obs": augment_obs(batch["obs"], self.cfg.drq_pad),
+            "next_obs": augment_obs(batch["next_obs"], self.cfg.drq_pad),
+        }
+        critic_loss, metrics = self._critic_loss(batch)
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        if self.cfg.grad_clip > 0:
+            nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.grad_clip)
+        self.critic_opt.step()
+        self.num_updates += 1
+        if self.num_updates % self.cfg.actor_update_every == 0:
+            actor_loss, alpha_loss, m = self._actor_loss(batch)
+            self.actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_opt.step()
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+            metrics.update(m, actor_loss=actor_loss.item(), alpha=self.alpha.item())
+        if self.target_critic is not None:
+            self._polyak()
+        return metrics
+
+    @torch.no_grad()
+    def _polyak(self) -> None:
+        tau = self.cfg.tau
+        for src, dst in ((self.critic, self.target_critic), (self.policy.encoder, self.target_encoder)):
+            for p, tp in zip(src.parameters(), dst.parameters()):
+                tp.lerp_(p, tau)
+            for b, tb in zip(src.buffers(), dst.buffers()):
+                tb.copy_(b)
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """CPU copy of the rollout policy's weights, for publication."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {
+            "model": self.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+            "num_updates": self.num_updates,
+        }
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        self.load_state_dict(state["model"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        self.num_updates = int(state["num_updates"])

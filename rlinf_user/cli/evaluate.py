@@ -1,0 +1,51 @@
+"""``rlinf-user eval RUN|CKPT``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+
+def run_eval(args, console) -> int:
+    from omegaconf import OmegaConf
+
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.evaluation import evaluate_policy, load_policy_from_checkpoint, write_video
+    from rlinf_user.rundir import write_json
+    from rlinf_user.runtime.env_worker import env_spec
+    from rlinf_user.runtime.learner import latest_checkpoint
+
+    target = Path(args.run)
+    if target.is_file():
+        ckpt, run_dir = target, target.parent.parent
+    else:
+        run_dir, ckpt = target, latest_checkpoint(target)
+        if ckpt is None:
+            raise FileNotFoundError(f"{target}: no checkpoint found under checkpoints/")
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.exists():
+        raise FileNotFoundError(f"{cfg_path} not found: is {run_dir} a run directory?")
+    from rlinf_user.config.schema import RunConfig
+
+    cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(cfg_path))
+    if args.overrides:
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(args.overrides))
+    env = make_env(cfg.env, seed=cfg.seed + 12345)
+    policy, version = load_policy_from_checkpoint(ckpt, cfg, env_spec(env))
+    console.print(f"evaluating [bold]{ckpt}[/] (policy version {version}) for {args.episodes} episodes")
+    result = evaluate_policy(env, policy, args.episodes, args.video_episodes)
+    env.close()
+    out = Path(args.out) if args.out else run_dir / "eval"
+    out.mkdir(parents=True, exist_ok=True)
+    video = out / f"eval-{ckpt.stem}.mp4"
+    wrote = write_video(result.pop("frames"), video, fps=cfg.env.control_hz)
+    result.update(checkpoint=str(ckpt), policy_version=version, video=str(video) if wrote else None)
+    write_json(out / f"eval-{ckpt.stem}.json", result)
+    table = Table(title=f"evaluation of {ckpt.name}", show_header=False)
+    table.add_row("episodes", str(result["episodes"]))
+    table.add_row("success rate", f"{result['success_rate']:.0%}")
+    table.add_row("mean return", f"{result['mean_return']:.3f}")
+    table.add_row("video", result["video"] or "(no frames: backend cannot render)")
+    console.print(table)
+    return 0

@@ -1,0 +1,86 @@
+"""``rlinf-user``: the command line. Trailing arguments are Hydra overrides."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from rich.console import Console
+from rich.logging import RichHandler
+
+EPILOG = (
+    "Trailing KEY=VALUE arguments are Hydra overrides, e.g. "
+    "`rlinf-user train --sim maniskill algo=rlpd env.task=PushCube-v1 seed=3`."
+)
+
+
+def _env_args(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--sim", metavar="NAME", help="simulator backend: maniskill | gym_hil | robosuite")
+    where.add_argument("--robot", metavar="NAME", help="real robot behind the edge daemon: franka")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlinf-user",
+        description="Real-robot-first embodied learning: teach robots online, in sim and on hardware.",
+        epilog=EPILOG,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    train = sub.add_parser(
+        "train", help="online RL (SAC/RLPD/CrossQ) in a simulator or on a robot", epilog=EPILOG
+    )
+    _env_args(train)
+
+    ev = sub.add_parser("eval", help="run a checkpoint for N episodes: success rate + mp4", epilog=EPILOG)
+    ev.add_argument("run", help="a run directory or a checkpoint file (.pt)")
+    ev.add_argument("--episodes", type=int, default=20, help="episodes to run (default 20)")
+    ev.add_argument("--video-episodes", type=int, default=3, help="episodes recorded to mp4 (default 3)")
+    ev.add_argument("--out", help="where to write results (default <run>/eval/)")
+    ev.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides on the run's config")
+
+    doc = sub.add_parser("doctor", help="check versions, devices, simulators and drivers; say how to fix")
+    doc.add_argument("--robot", metavar="NAME", help="also check a robot's dependencies (franka)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=True)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(name)s: %(message)s",
+        handlers=[RichHandler(console=console, show_path=False, rich_tracebacks=False)],
+    )
+    from rlinf_user.config.compose import ConfigError
+
+    try:
+        if args.command == "train":
+            from rlinf_user.cli.train import run_train
+
+            return run_train(args, console)
+        if args.command == "eval":
+            from rlinf_user.cli.evaluate import run_eval
+
+            return run_eval(args, console)
+        if args.command == "doctor":
+            from rlinf_user.cli.doctor import run_doctor
+
+            return run_doctor(args, console)
+    except (ConfigError, FileNotFoundError, FileExistsError) as err:
+        console.print(f"[bold red]error:[/] {err}")
+        return 2
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Live training display (rich) for the CLI."""
+
+from __future__ import annotations
+
+from rich.live import Live
+from rich.table import Table
+
+from rlinf_user.runtime.trainer import Progress
+
+
+def progress_table(p: Progress, total_steps: int, title: str) -> Table:
+    t = Table(title=title, show_header=False, expand=False, min_width=60)
+    t.add_column(style="bold cyan")
+    t.add_column(justify="right")
+    pct = 100.0 * p.env_steps / max(1, total_steps)
+    t.add_row("env steps", f"{p.env_steps:,} / {total_steps:,} ({pct:.0f}%)")
+    t.add_row("episodes", f"{p.episodes:,}")
+    t.add_row("success (last 50 episodes)", f"{p.recent_success:.0%}")
+    t.add_row("eval success (latest / best)",
+              "-" if p.eval_success is None else f"{p.eval_success:.0%} / {p.best_eval_success:.0%}")
+    t.add_row("env steps/s", f"{p.env_steps_per_s:,.0f}")
+    t.add_row("updates (updates/s)", f"{p.updates:,} ({p.updates_per_s:,.0f}/s)")
+    t.add_row("policy version", f"{p.version}")
+    t.add_row("wall time", f"{p.wall / 60:.1f} min")
+    if p.worker_restarts:
+        t.add_row("env worker restarts", f"[yellow]{p.worker_restarts}[/]")
+    return t
+
+
+class LiveProgress:
+    def __init__(self, console, total_steps: int, title: str, enabled: bool = True):
+        self.total, self.title = total_steps, title
+        self.live = Live(console=console, refresh_per_second=2, transient=False) if enabled else None
+
+    def __enter__(self):
+        if self.live is not None:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def __call__(self, p: Progress) -> None:
+        if self.live is not None:
+            self.live.update(progress_table(p, self.total, self.title))

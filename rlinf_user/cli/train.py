@@ -1,0 +1,62 @@
+"""``rlinf-user train``."""
+
+from __future__ import annotations
+
+import logging
+
+from rich.table import Table
+
+from rlinf_user.config.compose import compose_config, to_yaml, validate
+
+log = logging.getLogger(__name__)
+
+
+def run_train(args, console) -> int:
+    from omegaconf import OmegaConf
+
+    cfg = compose_config(args.overrides, sim=args.sim, robot=args.robot)
+    if cfg.resume:
+        cfg = _resume_config(cfg, args.overrides)
+    validate(cfg)
+    if args.dry_run:
+        print(to_yaml(cfg), end="")
+        return 0
+    from rlinf_user.cli.progress import LiveProgress
+    from rlinf_user.rundir import attach_log_file, create_run_dir
+    from rlinf_user.runtime.trainer import Trainer
+
+    run_dir = create_run_dir(cfg)
+    attach_log_file(run_dir)
+    console.print(f"run directory: [bold]{run_dir}[/]")
+    OmegaConf.set_readonly(cfg, True)
+    title = f"{cfg.env.backend}:{cfg.env.task} · {cfg.algo.name} · {cfg.placement.mode}"
+    trainer = Trainer(cfg, run_dir)
+    try:
+        with LiveProgress(console, cfg.total_env_steps, title, enabled=cfg.progress) as live:
+            trainer.on_progress = live
+            trainer.run()
+    finally:
+        trainer.close()
+    s = trainer.summary
+    table = Table(title="training finished", show_header=False)
+    for k in ("stop_reason", "env_steps", "episodes", "updates", "policy_version", "wall_seconds",
+              "final_eval_success", "best_eval_success", "checkpoint"):
+        table.add_row(k, str(s[k]))
+    console.print(table)
+    return 0
+
+
+def _resume_config(cfg, overrides):
+    """Continue a run: its saved config, with this command line's overrides on top."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    saved = Path(cfg.resume) / "config.yaml"
+    if not saved.exists():
+        raise FileNotFoundError(f"resume={cfg.resume}: no config.yaml there")
+    base = OmegaConf.merge(OmegaConf.structured(type(OmegaConf.to_object(cfg))), OmegaConf.load(saved))
+    explicit = OmegaConf.from_dotlist([o for o in overrides if "=" in o and not o.startswith(("~", "+"))])
+    merged = OmegaConf.merge(base, explicit)
+    merged.resume = cfg.resume
+    return merged

@@ -1,0 +1,86 @@
+"""Compose the run configuration from Hydra groups + overrides, and validate it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+from rlinf_user.config.schema import RunConfig
+
+CONFIG_MODULE = "rlinf_user.configs"
+GROUPS = ("sim", "robot", "algo", "policy", "placement")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the offending key."""
+
+
+def _register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+
+
+def compose_config(
+    overrides: Sequence[str] = (), sim: str | None = None, robot: str | None = None
+) -> DictConfig:
+    """Build the run config. ``sim``/``robot`` pick the environment group (``--sim``/``--robot``)."""
+    if sim and robot:
+        raise ConfigError("give either --sim or --robot, not both")
+    ov = list(overrides)
+    if robot:
+        ov = ["~sim", f"+robot={robot}", *ov]
+    elif sim:
+        ov = [f"sim={sim}", *ov]
+    _register()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=ov)
+    except Exception as err:  # hydra raises several types; give one clear message
+        raise ConfigError(_explain(err)) from err
+    finally:
+        GlobalHydra.instance().clear()
+    return cfg
+
+
+def _explain(err: Exception) -> str:
+    msg = str(err).strip()
+    if "Could not find" in msg and "'robot/" in msg:
+        return f"unknown robot: {msg}"
+    if "Could not find" in msg and "'sim/" in msg:
+        return f"unknown simulator: {msg}"
+    return msg
+
+
+def validate(cfg: DictConfig) -> None:
+    """Fail before anything starts: missing values (naming every key), impossible combos."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise ConfigError(
+            "missing required config value(s): "
+            + ", ".join(missing)
+            + " (set them on the command line, e.g. "
+            + " ".join(f"{k}=..." for k in missing)
+            + ")"
+        )
+    if cfg.algo.name not in ("sac", "rlpd", "crossq"):
+        raise ConfigError(f"algo.name={cfg.algo.name!r}: available sac, rlpd, crossq")
+    if cfg.algo.demo_ratio > 0 and not cfg.demos:
+        raise ConfigError(
+            f"algo.demo_ratio={cfg.algo.demo_ratio} mixes demonstrations into every batch, "
+            "but no demos=<path> was given (or set algo.demo_ratio=0)"
+        )
+    if cfg.policy.name == "cnn" and not cfg.env.cameras:
+        raise ConfigError("policy=cnn needs cameras: set env.cameras=[<camera>, ...]")
+    if cfg.placement.num_env_workers < 1 or cfg.placement.envs_per_worker < 1:
+        raise ConfigError("placement.num_env_workers and placement.envs_per_worker must be >= 1")
+    if cfg.total_env_steps <= 0:
+        raise ConfigError("total_env_steps must be > 0")
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)

@@ -1,0 +1,128 @@
+"""Typed configuration schemas. Hydra YAML under ``configs/`` fills these in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class EdgeConfig:
+    """Where the edge daemon that owns a real robot listens (see ``rlinf-user edge``)."""
+
+    host: str = MISSING
+    port: int = 5555
+    server_public_key: Optional[str] = None
+    client_secret_key: Optional[str] = None
+
+
+@dataclass
+class EnvConfig:
+    """One environment: a simulator task or a real robot behind the edge daemon."""
+
+    kind: str = "sim"  # sim | robot
+    backend: str = "maniskill"  # maniskill | gym_hil | robosuite | franka
+    task: str = "PickCube-v1"
+    max_episode_steps: int = 50
+    cameras: list[str] = field(default_factory=list)  # empty: state-only observations
+    image_size: int = 128
+    reward: str = "dense"  # dense | sparse (backends that support both)
+    sim_device: str = "auto"  # auto | cpu | cuda (GPU-parallel where the backend has it)
+    control_hz: float = 10.0
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the backend
+    edge: Optional[EdgeConfig] = None
+
+
+@dataclass
+class AlgoConfig:
+    """Off-policy actor-critic family: SAC, RLPD (SAC + demo mixing + LayerNorm), CrossQ."""
+
+    name: str = "sac"  # sac | rlpd | crossq
+    gamma: float = 0.9
+    tau: float = 0.005
+    batch_size: int = 256
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    init_temperature: float = 1.0
+    target_entropy: Optional[float] = None  # default -action_dim / 2
+    num_critics: int = 2
+    num_min_critics: int = 2  # REDQ-style random subset for the target min
+    utd_ratio: float = 1.0  # critic updates per env step (across all envs)
+    actor_update_every: int = 1  # critic:actor update ratio
+    learning_starts: int = 1000
+    critic_layer_norm: bool = False
+    batch_norm: bool = False  # CrossQ: batch-renorm critics, no target network
+    demo_ratio: float = 0.0  # fraction of each batch drawn from demos (RLPD: 0.5)
+    drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
+    grad_clip: float = 0.0
+    reward_scale: float = 1.0
+
+
+@dataclass
+class PolicyConfig:
+    name: str = "mlp"  # mlp | cnn
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    encoder_channels: list[int] = field(default_factory=lambda: [32, 32, 32, 32])
+    image_feature_dim: int = 64
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+
+
+@dataclass
+class RoleResources:
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    resources: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class PlacementConfig:
+    """Maps roles onto hardware.
+
+    ``collocated``: the replay buffer lives inside the learner process and the learner
+    and rollout share the device(s). ``disaggregated``: every role is its own Ray actor
+    with its own resources (the buffer too), so roles can sit on different devices/nodes.
+    """
+
+    mode: str = "collocated"  # collocated | disaggregated
+    ray_address: Optional[str] = None  # None: start a local Ray runtime
+    num_env_workers: int = 1
+    envs_per_worker: int = 1
+    learner: RoleResources = field(default_factory=RoleResources)
+    env_worker: RoleResources = field(default_factory=RoleResources)
+    buffer: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.5))
+    learner_device: str = "auto"  # auto | cpu | cuda
+    rollout_device: str = "cpu"
+    torch_threads: int = 1
+
+
+@dataclass
+class BufferConfig:
+    capacity: int = 1_000_000
+    persist: bool = True  # append every transition chunk to disk as it arrives
+    chunk_steps: int = 50  # env steps an env worker batches before sending
+
+
+@dataclass
+class RunConfig:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    seed: int = 0
+    total_env_steps: int = 100_000
+    target_success: Optional[float] = None  # stop early once evaluation reaches it
+    eval_every_steps: int = 5_000
+    eval_episodes: int = 20
+    checkpoint_every_steps: int = 10_000
+    publish_every_updates: int = 50
+    run_root: str = "runs"
+    run_name: Optional[str] = None
+    resume: Optional[str] = None
+    demos: Optional[str] = None
+    max_wall_minutes: Optional[float] = None
+    progress: bool = True

@@ -1,0 +1,99 @@
+"""In-memory ring replay buffer over flat transition arrays, optionally backed by a
+:class:`~rlinf_user.data.record_log.RecordLog` so it survives a crash.
+
+A transition chunk is a dict of numpy arrays sharing the leading axis ``N``; keys are
+flat paths such as ``obs/state``, ``obs/images/wrist``, ``next_obs/state``, ``action``,
+``reward``, ``terminated``, ``truncated``, ``policy_version``, ``intervention``,
+``env_id``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from rlinf_user.data.record_log import RecordLog
+
+log = logging.getLogger(__name__)
+
+REQUIRED_KEYS = ("obs/state", "next_obs/state", "action", "reward", "terminated")
+
+
+class TransitionError(ValueError):
+    """A chunk that cannot be stored: missing keys, ragged lengths, NaN."""
+
+
+def validate_chunk(chunk: dict[str, np.ndarray], schema: dict[str, tuple] | None = None) -> int:
+    """Return the chunk length or raise :class:`TransitionError` (nothing is stored)."""
+    missing = [k for k in REQUIRED_KEYS if k not in chunk]
+    if missing:
+        raise TransitionError(f"transition chunk lacks {missing}")
+    lengths = {k: len(v) for k, v in chunk.items()}
+    n = lengths["reward"]
+    if any(v != n for v in lengths.values()):
+        raise TransitionError(f"ragged transition chunk: {lengths}")
+    for k, v in chunk.items():
+        if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
+            raise TransitionError(f"transition chunk has NaN/Inf in {k!r}")
+    if schema is not None:
+        for k, (shape, dtype) in schema.items():
+            if k not in chunk:
+                raise TransitionError(f"transition chunk lacks {k!r}")
+            if chunk[k].shape[1:] != shape:
+                raise TransitionError(f"{k!r} has shape {chunk[k].shape[1:]}, buffer holds {shape}")
+    return n
+
+
+class ReplayBuffer:
+    def __init__(self, capacity: int, directory: str | Path | None = None, fsync: bool = True):
+        self.capacity = int(capacity)
+        self.storage: dict[str, np.ndarray] = {}
+        self.schema: dict[str, tuple] | None = None
+        self.size = 0
+        self.cursor = 0
+        self.total_added = 0
+        self.log = RecordLog(directory, fsync=fsync) if directory is not None else None
+
+    def restore(self) -> int:
+        """Reload every intact chunk from the on-disk log; returns transitions restored."""
+        if self.log is None:
+            return 0
+        n = 0
+        for chunk in self.log.read_all():
+            n += self._insert(chunk)
+        log.info("restored %d transitions from %s", n, self.log.dir)
+        return n
+
+    def add(self, chunk: dict[str, np.ndarray]) -> int:
+        n = validate_chunk(chunk, self.schema)
+        if self.log is not None:
+            self.log.append(chunk)  # durable first, then visible to the learner
+        self._insert(chunk)
+        return n
+
+    def _insert(self, chunk: dict[str, np.ndarray]) -> int:
+        n = len(chunk["reward"])
+        if not self.storage:
+            self.schema = {k: (v.shape[1:], v.dtype) for k, v in chunk.items()}
+            self.storage = {
+                k: np.zeros((self.capacity, *shape), dtype=dtype) for k, (shape, dtype) in self.schema.items()
+            }
+        idx = (self.cursor + np.arange(n)) % self.capacity
+        for k, arr in self.storage.items():
+            arr[idx] = chunk[k]
+        self.cursor = int((self.cursor + n) % self.capacity)
+        self.size = min(self.size + n, self.capacity)
+        self.total_added += n
+        return n
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        idx = rng.integers(0, self.size, size=batch_size)
+        return {k: v[idx] for k, v in self.storage.items()}
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()

@@ -1,0 +1,71 @@
+"""Base class that enforces the env contract for every backend."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlinf_user.env.contract import (
+    ActionSpec,
+    ContractError,
+    action_space,
+    check_action,
+    observation_space,
+)
+
+
+class ContractEnv(gym.Env, abc.ABC):
+    """A gymnasium env whose spaces, actions and step results follow the contract.
+
+    Subclasses implement :meth:`_reset` and :meth:`_step` and set ``state_dim``,
+    ``cameras`` (``{name: (H, W)}``) and ``action_spec`` before calling
+    :meth:`_init_spaces`. The base class refuses NaN/Inf actions, clips to [-1, 1], counts
+    steps and truncates at ``max_episode_steps``, and guarantees ``info["success"]``.
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}
+    action_spec: ActionSpec = ActionSpec()
+    max_episode_steps: int = 100
+
+    def _init_spaces(self, state_dim: int, cameras: dict[str, tuple[int, int]]) -> None:
+        self.observation_space = observation_space(state_dim, cameras)
+        self.action_space = action_space()
+        self._elapsed = 0
+
+    @abc.abstractmethod
+    def _reset(self, seed: int | None) -> tuple[dict[str, Any], dict[str, Any]]: ...
+
+    @abc.abstractmethod
+    def _step(self, action: np.ndarray) -> tuple[dict[str, Any], float, bool, dict[str, Any]]:
+        """Apply a checked action; return (obs, reward, terminated, info)."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self._elapsed = 0
+        obs, info = self._reset(seed)
+        self._check_obs(obs)
+        info.setdefault("success", False)
+        return obs, info
+
+    def step(self, action):
+        a = check_action(action)
+        obs, reward, terminated, info = self._step(a)
+        self._check_obs(obs)
+        self._elapsed += 1
+        truncated = bool(self._elapsed >= self.max_episode_steps and not terminated)
+        info.setdefault("success", False)
+        info["success"] = bool(info["success"])
+        reward = float(reward)
+        if not np.isfinite(reward):
+            raise ContractError(f"{type(self).__name__} produced a non-finite reward {reward}")
+        return obs, reward, bool(terminated), truncated, info
+
+    def _check_obs(self, obs: dict[str, Any]) -> None:
+        if not np.all(np.isfinite(obs["state"])):
+            raise ContractError(
+                f"{type(self).__name__} produced NaN/Inf in observation['state']; "
+                "the simulator state is corrupt, refusing to continue the episode"
+            )

@@ -1,0 +1,42 @@
+"""Name -> backend lookup. Backends are imported only when asked for (no import side effects)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rlinf_user.env.base import ContractEnv
+
+SIM_BACKENDS: dict[str, str] = {
+    "maniskill": "rlinf_user.sims.maniskill:ManiSkillEnv",
+    "gym_hil": "rlinf_user.sims.gym_hil:GymHilEnv",
+    "robosuite": "rlinf_user.sims.robosuite:RobosuiteEnv",
+}
+ROBOT_BACKENDS: dict[str, str] = {
+    "franka": "rlinf_user.robots.franka_env:FrankaRemoteEnv",
+}
+
+
+class UnknownBackendError(KeyError):
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return str(self.args[0])
+
+
+def _load(path: str) -> type[ContractEnv]:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def backend_class(kind: str, name: str) -> type[ContractEnv]:
+    table = SIM_BACKENDS if kind == "sim" else ROBOT_BACKENDS
+    if name not in table:
+        raise UnknownBackendError(
+            f"unknown {kind} {name!r}; available: {', '.join(sorted(table))}"
+        )
+    return _load(table[name])
+
+
+def make_env(env_cfg: Any, seed: int | None = None) -> ContractEnv:
+    """Build one env from an ``EnvConfig`` (see ``rlinf_user.config.schema``)."""
+    cls = backend_class(env_cfg.kind, env_cfg.backend)
+    return cls.from_config(env_cfg, seed=seed)

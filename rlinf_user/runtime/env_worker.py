@@ -1,0 +1,177 @@
+"""Env worker: steps a batch of contract envs with the latest published policy.
+
+It never waits for the learner: weights are polled without blocking between steps, and
+transition chunks are sent to the replay sink with at most ``max_inflight`` sends
+outstanding. Every transition records the policy version that produced it and an
+intervention flag.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlinf_user.env.registry import make_env
+from rlinf_user.env.vector import EnvBatch, index_obs
+
+log = logging.getLogger(__name__)
+
+
+def obs_to_torch(obs: dict[str, Any], device: torch.device | str = "cpu") -> dict[str, Any]:
+    return {
+        "state": torch.as_tensor(obs["state"], device=device),
+        "images": {k: torch.as_tensor(v, device=device) for k, v in obs["images"].items()},
+    }
+
+
+def env_spec(env) -> dict[str, Any]:
+    space = env.observation_space
+    return {
+        "state_dim": int(space["state"].shape[0]),
+        "cameras": {k: tuple(v.shape[:2]) for k, v in space["images"].spaces.items()},
+        "action_dim": int(env.action_space.shape[0]),
+    }
+
+
+def flatten_obs(prefix: str, obs: dict[str, Any], out: dict[str, list]) -> None:
+    out.setdefault(f"{prefix}/state", []).append(obs["state"])
+    for k, v in obs["images"].items():
+        out.setdefault(f"{prefix}/images/{k}", []).append(v)
+
+
+class EnvWorker:
+    def __init__(self, cfg, worker_id: int, weight_store=None, sink=None, seed: int = 0):
+        from rlinf_user.algorithms.sac import build_policy
+        from rlinf_user.runtime.weights import WeightSubscriber
+
+        torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
+        self.cfg = cfg
+        self.worker_id = worker_id
+        self.sink = sink
+        n = int(cfg.placement.envs_per_worker)
+        self.envs = EnvBatch([partial(make_env, cfg.env, seed + i) for i in range(n)])
+        self.spec = env_spec(self.envs)
+        self.policy = build_policy(
+            cfg.policy, self.spec["state_dim"], self.spec["cameras"], self.spec["action_dim"]
+        )
+        self.policy.eval()
+        self.weights = WeightSubscriber(weight_store, self.policy) if weight_store is not None else None
+        self.rng = np.random.default_rng(seed)
+        self.obs = self.envs.reset(seed=seed)
+        self.pending: dict[str, list] = {}
+        self.inflight: deque = deque()
+        self.max_inflight = 4
+        self.env_steps = 0
+        self.episode_return = np.zeros(self.envs.num_envs)
+        self.episode_len = np.zeros(self.envs.num_envs, dtype=np.int64)
+
+    def get_spec(self) -> dict[str, Any]:
+        return self.spec
+
+    def _act(self, random: bool) -> np.ndarray:
+        if random:
+            return self.rng.uniform(-1, 1, size=(self.envs.num_envs, self.spec["action_dim"])).astype(np.float32)
+        with torch.no_grad():
+            return self.policy.act(obs_to_torch(self.obs)).numpy().astype(np.float32)
+
+    def rollout(self, num_steps: int, random: bool = False) -> dict[str, Any]:
+        """Step every env ``num_steps`` times; return finished-episode statistics."""
+        if self.weights is not None and self.weights.version < 0:
+            self.weights.sync()
+        episodes: list[dict[str, Any]] = []
+        t0 = time.perf_counter()
+        for _ in range(num_steps):
+            if self.weights is not None:
+                self.weights.poll()
+            actions = self._act(random)
+            next_obs, rewards, terms, truncs, infos = self.envs.step(actions)
+            version = self.weights.version if self.weights is not None else -1
+            for i in range(self.envs.num_envs):
+                done = bool(terms[i] or truncs[i])
+                real_next = infos[i]["final_obs"] if done else index_obs(next_obs, i)
+                flatten_obs("obs", index_obs(self.obs, i), self.pending)
+                flatten_obs("next_obs", real_next, self.pending)
+                for key, val in (
+                    ("action", actions[i]),
+                    ("reward", np.float32(rewards[i])),
+                    ("terminated", np.float32(terms[i])),
+                    ("truncated", np.float32(truncs[i])),
+                    ("policy_version", np.int64(version)),
+                    ("intervention", np.bool_(False)),
+                    ("env_id", np.int64(self.worker_id * 1000 + i)),
+                ):
+                    self.pending.setdefault(key, []).append(val)
+                self.episode_return[i] += rewards[i]
+                self.episode_len[i] += 1
+                if done:
+                    episodes.append(
+                        {
+                            "return": float(self.episode_return[i]),
+                            "length": int(self.episode_len[i]),
+                            "success": bool(infos[i].get("success", False)),
+                            "policy_version": version,
+                        }
+                    )
+                    self.episode_return[i] = 0.0
+                    self.episode_len[i] = 0
+            self.obs = next_obs
+            self.env_steps += self.envs.num_envs
+            if len(self.pending["reward"]) >= self.cfg.buffer.chunk_steps:
+                self._flush()
+        self._flush()
+        return {
+            "worker": self.worker_id,
+            "steps": num_steps * self.envs.num_envs,
+            "seconds": time.perf_counter() - t0,
+            "episodes": episodes,
+            "policy_version": self.weights.version if self.weights is not None else -1,
+        }
+
+    def _flush(self) -> None:
+        if not self.pending or self.sink is None:
+            self.pending = {}
+            return
+        import ray
+
+        chunk = {k: np.stack(v) for k, v in self.pending.items()}
+        self.pending = {}
+        while len(self.inflight) >= self.max_inflight:
+            ray.get(self.inflight.popleft())  # back-pressure only if the sink is far behind
+        self.inflight.append(self.sink.add.remote(chunk))
+
+    def evaluate(self, num_episodes: int, record_video: bool = False) -> dict[str, Any]:
+        """Deterministic-policy episodes (on this worker's own envs) with the latest weights."""
+        if self.weights is not None:
+            self.weights.sync()
+        results, frames = [], []
+        env = self.envs.envs[0]
+        for ep in range(num_episodes):
+            obs, _ = env.reset(seed=10_000 + ep)
+            ret, done, info = 0.0, False, {}
+            while not done:
+                if record_video and ep < 3:
+                    frames.append(env.render())
+                batch = {"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}}
+                with torch.no_grad():
+                    a = self.policy.act(obs_to_torch(batch), deterministic=True).numpy()[0]
+                obs, r, te, tr, info = env.step(a)
+                ret += r
+                done = te or tr
+            results.append({"return": ret, "success": bool(info.get("success", False))})
+        self.obs = self.envs.reset()
+        return {
+            "success_rate": float(np.mean([r["success"] for r in results])),
+            "mean_return": float(np.mean([r["return"] for r in results])),
+            "episodes": len(results),
+            "policy_version": self.weights.version if self.weights is not None else -1,
+            "frames": [f for f in frames if f is not None] if record_video else [],
+        }
+
+    def close(self) -> None:
+        self.envs.close()

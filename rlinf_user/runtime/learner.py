@@ -1,0 +1,183 @@
+"""Learner role: SAC-family updates at a bounded update-to-data ratio, versioned weight
+publication and atomic checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlinf_user.algorithms.sac import SAC
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def unflatten_batch(flat: dict[str, np.ndarray], device) -> dict[str, Any]:
+    """Flat ``obs/state``-style keys -> the nested dict the algorithm takes, as tensors."""
+    out: dict[str, Any] = {"obs": {"images": {}}, "next_obs": {"images": {}}}
+    for key, arr in flat.items():
+        t = torch.as_tensor(arr, device=device)
+        parts = key.split("/")
+        if parts[0] in ("obs", "next_obs"):
+            if parts[1] == "state":
+                out[parts[0]]["state"] = t
+            else:
+                out[parts[0]]["images"][parts[2]] = t
+        else:
+            out[key] = t.float() if t.dtype in (torch.float64, torch.bool) else t
+    return out
+
+
+class Learner:
+    def __init__(self, cfg, spec: dict[str, Any], run_dir: str, weight_store=None, replay=None):
+        torch.manual_seed(cfg.seed)
+        torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
+        self.cfg = cfg
+        self.device = resolve_device(cfg.placement.learner_device)
+        self.agent = SAC(cfg.algo, cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"], self.device)
+        self.run_dir = Path(run_dir)
+        self.weight_store = weight_store
+        self.version = -1
+        self.env_steps_seen = 0
+        self.lock = threading.Lock()
+        self.local_replay = None
+        self.remote_replay = None
+        if replay is None:  # collocated: the buffer lives in this process
+            from rlinf_user.runtime.replay_service import ReplayService
+
+            self.local_replay = ReplayService(
+                cfg.buffer.capacity,
+                str(self.run_dir / "buffer") if cfg.buffer.persist else None,
+                cfg.demos,
+                seed=cfg.seed,
+            )
+        else:
+            self.remote_replay = replay
+        self._prefetch = None
+        self.update_time = 0.0
+
+    # -- replay (collocated mode receives chunks here) --------------------------------
+    def add(self, chunk: dict[str, np.ndarray]) -> int:
+        return self.local_replay.add(chunk)
+
+    def replay_stats(self) -> dict[str, Any]:
+        if self.local_replay is not None:
+            return self.local_replay.stats()
+        import ray
+
+        return ray.get(self.remote_replay.stats.remote())
+
+    def _sample(self, num_batches: int) -> dict[str, np.ndarray]:
+        bs, ratio = self.cfg.algo.batch_size, self.cfg.algo.demo_ratio
+        if self.local_replay is not None:
+            return self.local_replay.sample(bs, num_batches, ratio)
+        import ray
+
+        # Pipelined: the next batches are already on their way while we update.
+        ref = self._prefetch or self.remote_replay.sample.remote(bs, num_batches, ratio)
+        self._prefetch = self.remote_replay.sample.remote(bs, num_batches, ratio)
+        return ray.get(ref)
+
+    def _buffer_size(self) -> int:
+        if self.local_replay is not None:
+            return self.local_replay.size()
+        import ray
+
+        return ray.get(self.remote_replay.size.remote())
+
+    # -- weights ------------------------------------------------------------------------
+    def publish(self) -> int:
+        import ray
+
+        from rlinf_user.runtime.weights import to_numpy_state
+
+        self.version += 1
+        ref = ray.put(to_numpy_state(self.agent.policy_state()))
+        ray.get(self.weight_store.publish.remote(self.version, [ref]))
+        return self.version
+
+    # -- training -------------------------------------------------------------------------
+    def train(self, max_updates: int, env_steps: int) -> dict[str, Any]:
+        """Run up to ``max_updates`` updates without exceeding the UTD budget for
+        ``env_steps`` collected so far. Returns metrics (updates done may be 0)."""
+        algo = self.cfg.algo
+        self.env_steps_seen = max(self.env_steps_seen, env_steps)
+        budget = int(algo.utd_ratio * (self.env_steps_seen - algo.learning_starts)) - self.agent.num_updates
+        n = max(0, min(max_updates, budget))
+        if n == 0 or self._buffer_size() < algo.batch_size:
+            time.sleep(0.02)
+            return {"updates": 0, "num_updates": self.agent.num_updates, "version": self.version}
+        t0 = time.perf_counter()
+        flat = self._sample(n)
+        metrics: dict[str, float] = {}
+        with self.lock:
+            for i in range(n):
+                batch = unflatten_batch({k: v[i] for k, v in flat.items()}, self.device)
+                m = self.agent.update(batch)
+                for k, v in m.items():
+                    metrics[k] = v
+                if self.agent.num_updates % self.cfg.publish_every_updates == 0:
+                    self.publish()
+        dt = time.perf_counter() - t0
+        self.update_time += dt
+        return {"updates": n, "seconds": dt, "num_updates": self.agent.num_updates, "version": self.version, **metrics}
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def save_checkpoint(self, env_steps: int, extra: dict[str, Any] | None = None) -> str:
+        ckpt_dir = self.run_dir / "checkpoints"
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        with self.lock:
+            state = {
+                "agent": self.agent.checkpoint_state(),
+                "version": self.version,
+                "env_steps": env_steps,
+                "rng": torch.get_rng_state(),
+                **(extra or {}),
+            }
+            path = ckpt_dir / f"ckpt-{env_steps:09d}.pt"
+            tmp = path.with_suffix(".tmp")
+            torch.save(state, tmp)
+            os.replace(tmp, path)  # atomic: a crash never leaves a half checkpoint
+            latest = ckpt_dir / "latest"
+            tmp_latest = ckpt_dir / "latest.tmp"
+            tmp_latest.write_text(path.name)
+            os.replace(tmp_latest, latest)
+        return str(path)
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        self.agent.load_checkpoint_state(state["agent"])
+        self.version = int(state["version"])
+        self.env_steps_seen = int(state["env_steps"])
+        torch.set_rng_state(state["rng"])
+        return {"env_steps": self.env_steps_seen, "version": self.version, "num_updates": self.agent.num_updates}
+
+    def num_updates(self) -> int:
+        return self.agent.num_updates
+
+    def close(self) -> None:
+        if self.local_replay is not None:
+            self.local_replay.close()
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    pointer = ckpt_dir / "latest"
+    if pointer.exists():
+        path = ckpt_dir / pointer.read_text().strip()
+        if path.exists():
+            return path
+    found = sorted(ckpt_dir.glob("ckpt-*.pt"))
+    return found[-1] if found else None

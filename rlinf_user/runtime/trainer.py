@@ -1,0 +1,304 @@
+"""The asynchronous actor-learner loop on Ray.
+
+The driver only routes completions: every env worker always has one ``rollout`` call in
+flight, the learner always has one ``train`` call in flight, and evaluation runs on its
+own worker. Nobody waits for anybody: env workers act with whatever policy version they
+hold, the learner trains at a bounded update-to-data ratio and publishes new versions.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from rlinf_user.rundir import write_json
+from rlinf_user.runtime.placement import make_plan, ray_init_kwargs
+
+log = logging.getLogger(__name__)
+
+ROLLOUT_STEPS = 100
+TRAIN_CALL_UPDATES = 50
+MAX_WORKER_RESTARTS = 5
+
+
+@dataclass
+class Progress:
+    env_steps: int = 0
+    episodes: int = 0
+    updates: int = 0
+    version: int = -1
+    wall: float = 0.0
+    recent_success: float = 0.0
+    recent_return: float = 0.0
+    eval_success: float | None = None
+    best_eval_success: float = 0.0
+    env_steps_per_s: float = 0.0
+    updates_per_s: float = 0.0
+    worker_restarts: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _ray_init(cfg, plan) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    kwargs = ray_init_kwargs(cfg.placement, plan)
+    log.info("starting Ray: %s", kwargs)
+    ray.init(**kwargs)
+
+
+class Trainer:
+    def __init__(self, cfg, run_dir: Path, on_progress: Callable[[Progress], None] | None = None):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.on_progress = on_progress or (lambda p: None)
+        self.progress = Progress()
+        self._tb = None
+
+    # -- set-up -----------------------------------------------------------------------------
+    def _start(self) -> None:
+        import ray
+        import torch
+
+        from rlinf_user.runtime.env_worker import EnvWorker
+        from rlinf_user.runtime.learner import Learner, latest_checkpoint
+        from rlinf_user.runtime.replay_service import ReplayService
+        from rlinf_user.runtime.weights import WeightStore
+
+        cfg = self.cfg
+        gpu = torch.cuda.is_available()
+        self.plan = plan = make_plan(cfg.placement, gpu)
+        _ray_init(cfg, plan)
+        self.EnvWorkerActor = ray.remote(EnvWorker)
+        self.weights = ray.remote(WeightStore).options(**plan.weights.actor_options()).remote()
+        self.eval_worker = self.EnvWorkerActor.options(**plan.env_worker.actor_options()).remote(
+            cfg, 999, self.weights, None, cfg.seed + 999_983
+        )
+        self.spec = ray.get(self.eval_worker.get_spec.remote())
+        log.info("env spec: %s", self.spec)
+        self.replay = None
+        if plan.replay is not None:
+            self.replay = (
+                ray.remote(ReplayService)
+                .options(**plan.replay.actor_options())
+                .remote(
+                    cfg.buffer.capacity,
+                    str(self.run_dir / "buffer") if cfg.buffer.persist else None,
+                    cfg.demos,
+                    cfg.seed,
+                )
+            )
+        self.learner = (
+            ray.remote(Learner)
+            .options(**plan.learner.actor_options())
+            .remote(cfg, self.spec, str(self.run_dir), self.weights, self.replay)
+        )
+        if cfg.resume:
+            ckpt = latest_checkpoint(self.run_dir)
+            if ckpt is None:
+                log.warning("resume=%s: no checkpoint yet, starting the learner fresh", cfg.resume)
+            else:
+                state = ray.get(self.learner.load_checkpoint.remote(str(ckpt)))
+                self.progress.env_steps = state["env_steps"]
+                self.progress.updates = state["num_updates"]
+                log.info("resumed from %s: %s", ckpt, state)
+        self.progress.version = ray.get(self.learner.publish.remote())
+        self.sink = self.replay if self.replay is not None else self.learner
+        self.workers = [self._spawn_worker(i) for i in range(plan.num_env_workers)]
+        if self.cfg.resume:
+            log.info("replay after restore: %s", ray.get(self.learner.replay_stats.remote()))
+
+    def _spawn_worker(self, i: int, generation: int = 0):
+        seed = self.cfg.seed + 7919 * (i + 1) + 104_729 * generation
+        return self.EnvWorkerActor.options(**self.plan.env_worker.actor_options()).remote(
+            self.cfg, i, self.weights, self.sink, seed
+        )
+
+    # -- main loop ----------------------------------------------------------------------------
+    def run(self) -> Progress:
+        import ray
+
+        cfg, p = self.cfg, self.progress
+        self._start()
+        self._open_tensorboard()
+        t_start = time.monotonic()
+        recent = deque(maxlen=50)
+        rollout_calls: dict[Any, int] = {}
+        generations = [0] * len(self.workers)
+        for i, w in enumerate(self.workers):
+            rollout_calls[self._rollout(w)] = i
+        train_call = self.learner.train.remote(TRAIN_CALL_UPDATES, p.env_steps)
+        eval_call = None
+        next_eval = p.env_steps + cfg.eval_every_steps
+        next_ckpt = p.env_steps + cfg.checkpoint_every_steps
+        last_report, last_steps, last_updates, last_t = 0.0, p.env_steps, p.updates, time.monotonic()
+        stop_reason = "total_env_steps reached"
+        while True:
+            pending = list(rollout_calls) + [train_call] + ([eval_call] if eval_call else [])
+            done, _ = ray.wait(pending, num_returns=1, timeout=1.0)
+            for ref in done:
+                if ref is train_call:
+                    try:
+                        m = ray.get(ref)
+                    except ray.exceptions.RayActorError as err:
+                        raise RuntimeError(
+                            f"the learner died ({err}); continue the run with resume={self.run_dir}"
+                        ) from err
+                    p.updates, p.version = m["num_updates"], m["version"]
+                    if m["updates"]:
+                        self._scalars({k: v for k, v in m.items() if isinstance(v, float)}, "learner")
+                    train_call = self.learner.train.remote(TRAIN_CALL_UPDATES, p.env_steps)
+                elif ref is eval_call:
+                    eval_call = None
+                    self._record_eval(ray.get(ref), time.monotonic() - t_start)
+                else:
+                    i = rollout_calls.pop(ref)
+                    try:
+                        r = ray.get(ref)
+                    except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                        p.worker_restarts += 1
+                        log.error("env worker %d failed (%s); restarting it", i, err)
+                        if p.worker_restarts > MAX_WORKER_RESTARTS:
+                            raise RuntimeError(f"env workers failed {p.worker_restarts} times; giving up") from err
+                        ray.kill(self.workers[i], no_restart=True)
+                        generations[i] += 1
+                        self.workers[i] = self._spawn_worker(i, generations[i])
+                        rollout_calls[self._rollout(self.workers[i])] = i
+                        continue
+                    p.env_steps += r["steps"]
+                    for ep in r["episodes"]:
+                        p.episodes += 1
+                        recent.append(ep)
+                        self._scalars({"return": ep["return"], "success": float(ep["success"])}, "episode")
+                    if recent:
+                        p.recent_success = float(np.mean([e["success"] for e in recent]))
+                        p.recent_return = float(np.mean([e["return"] for e in recent]))
+                    if p.env_steps < cfg.total_env_steps:
+                        rollout_calls[self._rollout(self.workers[i])] = i
+            p.wall = time.monotonic() - t_start
+            if eval_call is None and p.env_steps >= next_eval:
+                next_eval += cfg.eval_every_steps
+                eval_call = self.eval_worker.evaluate.remote(cfg.eval_episodes)
+            if p.env_steps >= next_ckpt:
+                next_ckpt += cfg.checkpoint_every_steps
+                self.learner.save_checkpoint.remote(p.env_steps)
+            now = time.monotonic()
+            if now - last_report > 1.0:
+                dt = now - last_t
+                p.env_steps_per_s = (p.env_steps - last_steps) / dt
+                p.updates_per_s = (p.updates - last_updates) / dt
+                last_steps, last_updates, last_t, last_report = p.env_steps, p.updates, now, now
+                self._scalars(
+                    {"env_steps_per_s": p.env_steps_per_s, "updates_per_s": p.updates_per_s,
+                     "recent_success": p.recent_success, "policy_version": float(p.version)},
+                    "runtime",
+                )
+                self.on_progress(p)
+            if cfg.target_success is not None and (p.eval_success or 0.0) >= cfg.target_success:
+                stop_reason = f"evaluation success {p.eval_success:.2f} >= target {cfg.target_success}"
+                break
+            if cfg.max_wall_minutes is not None and p.wall > 60 * cfg.max_wall_minutes:
+                stop_reason = f"max_wall_minutes={cfg.max_wall_minutes} reached"
+                break
+            if not rollout_calls and p.env_steps >= cfg.total_env_steps:
+                break
+        log.info("stopping: %s", stop_reason)
+        ray.get(train_call)
+        if eval_call is not None:
+            self._record_eval(ray.get(eval_call), time.monotonic() - t_start)
+        ckpt = ray.get(self.learner.save_checkpoint.remote(p.env_steps))
+        final = self._final_eval(time.monotonic() - t_start)
+        summary = {
+            "stop_reason": stop_reason,
+            "env_steps": p.env_steps,
+            "episodes": p.episodes,
+            "updates": p.updates,
+            "policy_version": p.version,
+            "wall_seconds": round(p.wall, 1),
+            "final_eval_success": final["success_rate"],
+            "best_eval_success": p.best_eval_success,
+            "checkpoint": ckpt,
+            "worker_restarts": p.worker_restarts,
+            "replay": ray.get(self.learner.replay_stats.remote()),
+        }
+        write_json(self.run_dir / "eval" / "summary.json", summary)
+        self.on_progress(p)
+        self.summary = summary
+        return p
+
+    def _rollout(self, worker):
+        random = self.progress.env_steps < self.cfg.algo.learning_starts and not self.cfg.resume
+        return worker.rollout.remote(ROLLOUT_STEPS, random)
+
+    # -- evaluation, logging -------------------------------------------------------------
+    def _record_eval(self, result: dict[str, Any], wall: float) -> None:
+        p = self.progress
+        p.eval_success = result["success_rate"]
+        p.best_eval_success = max(p.best_eval_success, p.eval_success)
+        row = {
+            "env_steps": p.env_steps,
+            "wall_seconds": round(wall, 2),
+            "updates": p.updates,
+            "policy_version": result["policy_version"],
+            "success_rate": result["success_rate"],
+            "mean_return": round(result["mean_return"], 4),
+        }
+        p.history.append(row)
+        path = self.run_dir / "eval" / "history.csv"
+        new = not path.exists()
+        with open(path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(row))
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+        self._scalars({"success_rate": row["success_rate"], "mean_return": row["mean_return"]}, "eval")
+        log.info("eval @ %d steps (%.0fs, v%d): success %.2f", p.env_steps, wall, row["policy_version"], p.eval_success)
+
+    def _final_eval(self, wall: float) -> dict[str, Any]:
+        import ray
+
+        result = ray.get(self.eval_worker.evaluate.remote(self.cfg.eval_episodes))
+        self._record_eval(result, wall)
+        return result
+
+    def _open_tensorboard(self) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # pragma: no cover - tensorboard is a core dependency
+            log.warning("tensorboard is not installed: no event files")
+            return
+        self._tb = SummaryWriter(str(self.run_dir / "tb"))
+
+    def _scalars(self, values: dict[str, float], prefix: str) -> None:
+        if self._tb is None:
+            return
+        for k, v in values.items():
+            self._tb.add_scalar(f"{prefix}/{k}", v, self.progress.env_steps)
+
+    def close(self) -> None:
+        import ray
+
+        if self._tb is not None:
+            self._tb.close()
+        for actor in [*getattr(self, "workers", []), getattr(self, "eval_worker", None)]:
+            if actor is not None:
+                try:
+                    ray.get(actor.close.remote(), timeout=10)
+                except Exception:  # noqa: BLE001 - best effort on shutdown
+                    pass
+        if hasattr(self, "learner"):
+            try:
+                ray.get(self.learner.close.remote(), timeout=10)
+            except Exception:  # noqa: BLE001
+                pass

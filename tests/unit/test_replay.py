@@ -1,0 +1,96 @@
+import numpy as np
+import pytest
+
+from rlinf_user.data.replay import ReplayBuffer, TransitionError
+from rlinf_user.runtime.replay_service import ReplayService
+
+
+def chunk(n=10, start=0, state_dim=4, nan=False):
+    s = np.arange(start, start + n, dtype=np.float32)[:, None].repeat(state_dim, 1)
+    c = {
+        "obs/state": s,
+        "next_obs/state": s + 1,
+        "action": np.zeros((n, 7), np.float32),
+        "reward": np.arange(start, start + n, dtype=np.float32),
+        "terminated": np.zeros(n, np.float32),
+        "policy_version": np.full(n, 3, np.int64),
+        "intervention": np.zeros(n, bool),
+    }
+    if nan:
+        c["reward"][n // 2] = np.nan
+    return c
+
+
+def test_ring_wraps_and_samples_only_stored(tmp_path):
+    rb = ReplayBuffer(capacity=15)
+    rb.add(chunk(10, 0))
+    rb.add(chunk(10, 10))
+    assert rb.size == 15 and rb.total_added == 20
+    s = rb.sample(500, np.random.default_rng(0))
+    # slots 0-4 were overwritten by transitions 15-19; 0-4 are gone
+    assert set(s["reward"].astype(int)) == set(range(5, 20))
+    np.testing.assert_array_equal(s["next_obs/state"][:, 0], s["obs/state"][:, 0] + 1)
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (lambda c: c.pop("reward"), "lacks"),
+        (lambda c: c.__setitem__("action", np.zeros((3, 7), np.float32)), "ragged"),
+        (lambda c: c["obs/state"].__setitem__((0, 0), np.inf), "NaN/Inf"),
+    ],
+)
+def test_bad_chunks_are_refused_and_store_nothing(tmp_path, bad, match):
+    rb = ReplayBuffer(100, tmp_path)
+    rb.add(chunk(5))
+    c = chunk(5, 5)
+    bad(c)
+    with pytest.raises(TransitionError, match=match):
+        rb.add(c)
+    assert rb.size == 5
+    rb.close()
+    again = ReplayBuffer(100, tmp_path)
+    assert again.restore() == 5  # nothing of the bad chunk reached the disk either
+
+
+def test_schema_mismatch_refused():
+    rb = ReplayBuffer(100)
+    rb.add(chunk(5, state_dim=4))
+    with pytest.raises(TransitionError, match="shape"):
+        rb.add(chunk(5, state_dim=6))
+
+
+def test_persistent_buffer_survives_restart(tmp_path):
+    rb = ReplayBuffer(1000, tmp_path)
+    for i in range(5):
+        rb.add(chunk(10, 10 * i))
+    # no close(): simulate a crash; appends were fsynced
+    rb2 = ReplayBuffer(1000, tmp_path)
+    assert rb2.restore() == 50
+    s = rb2.sample(200, np.random.default_rng(1))
+    assert s["policy_version"].dtype == np.int64 and set(s["policy_version"]) == {3}
+    assert sorted(set(s["reward"].astype(int))) == sorted(set(s["reward"].astype(int)) & set(range(50)))
+
+
+def test_service_rejects_nan_without_raising(tmp_path):
+    svc = ReplayService(100, str(tmp_path))
+    assert svc.add(chunk(4)) == 4
+    assert svc.add(chunk(4, nan=True)) == 0
+    assert svc.stats()["rejected"] == 1 and svc.size() == 4
+
+
+def test_demo_mixing_ratio(tmp_path):
+    demo_dir = tmp_path / "demos"
+    d = ReplayBuffer(100, demo_dir)
+    d.add({**chunk(20), "reward": np.full(20, -1.0, np.float32)})
+    d.close()
+    svc = ReplayService(100, None, demo_path=str(demo_dir))
+    svc.add(chunk(20))
+    batch = svc.sample(batch_size=8, num_batches=3, demo_ratio=0.5)
+    assert batch["reward"].shape == (3, 8)
+    assert ((batch["reward"] == -1).sum(axis=1) == 4).all()
+
+
+def test_missing_demos_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no replay log"):
+        ReplayService(10, None, demo_path=str(tmp_path / "nope"))
