@@ -1,0 +1,1 @@
+"""Calibration data and code: camera intrinsics, hand-eye transforms, workspace bounds."""

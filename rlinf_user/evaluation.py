@@ -39,7 +39,9 @@ def frame_of(env, obs: dict[str, Any]) -> np.ndarray | None:
 
 
 def evaluate_policy(env, policy, episodes: int, video_episodes: int = 0, seed: int = 10_000) -> dict[str, Any]:
-    from rlinf_user.runtime.env_worker import obs_to_torch
+    from rlinf_user.runtime.env_worker import env_spec, expand_action, obs_to_torch
+
+    spec = env_spec(env)
 
     results, frames = [], []
     for ep in range(episodes):
@@ -52,7 +54,7 @@ def evaluate_policy(env, policy, episodes: int, video_episodes: int = 0, seed: i
                     frames.append(f)
             batch = {"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}}
             action = policy.act(obs_to_torch(batch), deterministic=True).numpy()[0]
-            obs, r, te, tr, info = env.step(action)
+            obs, r, te, tr, info = env.step(expand_action(action, spec))
             ret += r
             steps += 1
             done = te or tr

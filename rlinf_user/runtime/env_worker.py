@@ -31,12 +31,25 @@ def obs_to_torch(obs: dict[str, Any], device: torch.device | str = "cpu") -> dic
 
 
 def env_spec(env) -> dict[str, Any]:
+    """What the networks are built for. The policy acts only on the env's active action
+    dims (``ActionSpec.active``); workers expand its output to the full contract action."""
     space = env.observation_space
+    single = env.envs[0] if hasattr(env, "envs") else env
+    active = [i for i, a in enumerate(single.action_spec.active) if a]
     return {
         "state_dim": int(space["state"].shape[0]),
         "cameras": {k: tuple(v.shape[:2]) for k, v in space["images"].spaces.items()},
-        "action_dim": int(env.action_space.shape[0]),
+        "action_dim": len(active),
+        "active_dims": active,
+        "contract_action_dim": int(env.action_space.shape[0]),
     }
+
+
+def expand_action(policy_action: np.ndarray, spec: dict[str, Any]) -> np.ndarray:
+    """Policy output over the active dims -> the full contract action (zeros elsewhere)."""
+    out = np.zeros((*policy_action.shape[:-1], spec["contract_action_dim"]), dtype=np.float32)
+    out[..., spec["active_dims"]] = policy_action
+    return out
 
 
 def flatten_obs(prefix: str, obs: dict[str, Any], out: dict[str, list]) -> None:
@@ -76,9 +89,11 @@ class EnvWorker:
 
     def _act(self, random: bool) -> np.ndarray:
         if random:
-            return self.rng.uniform(-1, 1, size=(self.envs.num_envs, self.spec["action_dim"])).astype(np.float32)
-        with torch.no_grad():
-            return self.policy.act(obs_to_torch(self.obs)).numpy().astype(np.float32)
+            a = self.rng.uniform(-1, 1, size=(self.envs.num_envs, self.spec["action_dim"]))
+        else:
+            with torch.no_grad():
+                a = self.policy.act(obs_to_torch(self.obs)).numpy()
+        return expand_action(a.astype(np.float32), self.spec)
 
     def rollout(self, num_steps: int, random: bool = False) -> dict[str, Any]:
         """Step every env ``num_steps`` times; return finished-episode statistics."""
@@ -160,7 +175,7 @@ class EnvWorker:
                 batch = {"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}}
                 with torch.no_grad():
                     a = self.policy.act(obs_to_torch(batch), deterministic=True).numpy()[0]
-                obs, r, te, tr, info = env.step(a)
+                obs, r, te, tr, info = env.step(expand_action(a, self.spec))
                 ret += r
                 done = te or tr
             results.append({"return": ret, "success": bool(info.get("success", False))})

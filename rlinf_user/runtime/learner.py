@@ -24,8 +24,11 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def unflatten_batch(flat: dict[str, np.ndarray], device) -> dict[str, Any]:
-    """Flat ``obs/state``-style keys -> the nested dict the algorithm takes, as tensors."""
+def unflatten_batch(flat: dict[str, np.ndarray], device, active_dims=None) -> dict[str, Any]:
+    """Flat ``obs/state``-style keys -> the nested dict the algorithm takes, as tensors.
+    ``active_dims`` selects the action columns the policy acts on."""
+    if active_dims is not None and len(active_dims) != flat["action"].shape[-1]:
+        flat = {**flat, "action": flat["action"][..., active_dims]}
     out: dict[str, Any] = {"obs": {"images": {}}, "next_obs": {"images": {}}}
     for key, arr in flat.items():
         t = torch.as_tensor(arr, device=device)
@@ -47,6 +50,7 @@ class Learner:
         self.cfg = cfg
         self.device = resolve_device(cfg.placement.learner_device)
         self.agent = SAC(cfg.algo, cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"], self.device)
+        self.active_dims = spec.get("active_dims")
         self.run_dir = Path(run_dir)
         self.weight_store = weight_store
         self.version = -1
@@ -124,7 +128,7 @@ class Learner:
         metrics: dict[str, float] = {}
         with self.lock:
             for i in range(n):
-                batch = unflatten_batch({k: v[i] for k, v in flat.items()}, self.device)
+                batch = unflatten_batch({k: v[i] for k, v in flat.items()}, self.device, self.active_dims)
                 m = self.agent.update(batch)
                 for k, v in m.items():
                     metrics[k] = v

@@ -8,6 +8,7 @@ arrives they swap weights between two steps. Versions never go backwards.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -49,8 +50,10 @@ class WeightStore:
 class WeightSubscriber:
     """Worker-side helper: polls the store without blocking and applies new weights."""
 
-    def __init__(self, store, module: torch.nn.Module):
+    def __init__(self, store, module: torch.nn.Module, min_interval_s: float = 0.05):
         self.store = store
+        self.min_interval_s = min_interval_s
+        self._last_ask = 0.0
         self.module = module
         self.version = -1
         self._pending = None
@@ -61,6 +64,10 @@ class WeightSubscriber:
         import ray
 
         if self._pending is None:
+            now = time.monotonic()
+            if now - self._last_ask < self.min_interval_s:
+                return False
+            self._last_ask = now
             self._pending = self.store.latest.remote(self.version)
             return False
         ready, _ = ray.wait([self._pending], timeout=0)

@@ -1,0 +1,77 @@
+"""Env steps/s per backend (single env, random actions, contract wrapper included).
+
+Repeats each measurement ``--repeats`` times (fresh episode each repeat) and reports the
+median and p99 of per-step latency and the median steps/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from rlinf_user.config.schema import EnvConfig
+from rlinf_user.env.registry import make_env
+
+CASES = [
+    ("maniskill", "PickCube-v1", []),
+    ("maniskill", "PushCube-v1", []),
+    ("maniskill", "PegInsertionSide-v1", []),
+    ("maniskill", "PickCube-v1", ["base_camera"]),
+    ("gym_hil", "PandaPickCube", []),
+]
+
+
+def bench(backend: str, task: str, cameras: list[str], steps: int, repeats: int) -> dict:
+    cfg = OmegaConf.structured(EnvConfig(backend=backend, task=task, cameras=cameras, max_episode_steps=10**9))
+    env = make_env(cfg, seed=0)
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    for _ in range(20):
+        env.step(rng.uniform(-1, 1, 7))
+    lat, rates = [], []
+    for r in range(repeats):
+        env.reset(seed=r)
+        t_run = time.perf_counter()
+        for _ in range(steps):
+            t = time.perf_counter()
+            env.step(rng.uniform(-1, 1, 7).astype(np.float32))
+            lat.append(time.perf_counter() - t)
+        rates.append(steps / (time.perf_counter() - t_run))
+    env.close()
+    lat_ms = np.array(lat) * 1e3
+    return {
+        "backend": backend,
+        "task": task,
+        "obs": "rgb " + ",".join(cameras) if cameras else "state",
+        "steps_per_s_median": round(float(np.median(rates)), 1),
+        "step_ms_median": round(float(np.median(lat_ms)), 3),
+        "step_ms_p99": round(float(np.percentile(lat_ms, 99)), 3),
+        "repeats": repeats,
+        "steps_per_repeat": steps,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    rows = []
+    for backend, task, cams in CASES:
+        try:
+            rows.append(bench(backend, task, cams, args.steps, args.repeats))
+        except Exception as err:  # noqa: BLE001 - report and continue with other backends
+            rows.append({"backend": backend, "task": task, "error": str(err)[:200]})
+        print(json.dumps(rows[-1]))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+import pytest
+
+from rlinf_user.config.compose import ConfigError, compose_config, validate
+from rlinf_user.runtime.placement import make_plan
+
+
+def test_defaults_are_sim_training_on_this_machine():
+    cfg = compose_config([])
+    validate(cfg)
+    assert (cfg.env.kind, cfg.env.backend, cfg.env.task) == ("sim", "maniskill", "PickCube-v1")
+    assert cfg.algo.name == "sac" and cfg.placement.mode == "collocated"
+
+
+def test_group_and_key_overrides():
+    cfg = compose_config(["algo=rlpd", "env.task=PushCube-v1", "seed=3"], sim="maniskill")
+    assert cfg.algo.name == "rlpd" and cfg.algo.num_critics == 10 and cfg.algo.critic_layer_norm
+    assert cfg.env.task == "PushCube-v1" and cfg.seed == 3
+    assert cfg.algo.gamma == 0.8  # the sim preset's tuned value survives the algo group
+
+
+@pytest.mark.parametrize("sim", ["maniskill", "gym_hil", "robosuite"])
+def test_every_sim_group_composes(sim):
+    cfg = compose_config([], sim=sim)
+    assert cfg.env.backend == sim and cfg.env.kind == "sim"
+
+
+def test_robot_requires_edge_host_and_names_the_key():
+    cfg = compose_config([], robot="franka")
+    assert cfg.env.kind == "robot"
+    assert dict(cfg.placement.env_worker.resources) == {"franka": 1}
+    with pytest.raises(ConfigError, match=r"env\.edge\.host"):
+        validate(cfg)
+    cfg = compose_config(["env.edge.host=172.16.0.2"], robot="franka")
+    validate(cfg)
+
+
+def test_unknown_names_fail_clearly():
+    with pytest.raises(ConfigError, match="unknown simulator"):
+        compose_config([], sim="isaac")
+    with pytest.raises(ConfigError, match="unknown robot"):
+        compose_config([], robot="ur5")
+    with pytest.raises(ConfigError, match="algo.gama"):
+        compose_config(["algo.gama=0.9"])
+    with pytest.raises(ConfigError):
+        compose_config(["algo=ppo"])
+
+
+def test_type_errors_are_caught():
+    with pytest.raises(ConfigError, match="seed"):
+        compose_config(["seed=abc"])
+
+
+def test_semantic_validation():
+    with pytest.raises(ConfigError, match="demos"):
+        validate(compose_config(["algo=rlpd"]))
+    with pytest.raises(ConfigError, match="cameras"):
+        validate(compose_config(["policy=cnn"]))
+    validate(compose_config(["policy=cnn", "env.cameras=[base_camera]"]))
+
+
+def test_placements():
+    col = make_plan(compose_config([]).placement, gpu_available=False)
+    assert col.replay is None and col.learner.num_gpus == 0
+    dis = make_plan(compose_config(["placement=disaggregated"]).placement, gpu_available=False)
+    assert dis.replay is not None and dis.learner.num_gpus == 0  # no GPU: nothing requested
+    dis_gpu = make_plan(compose_config(["placement=disaggregated"]).placement, gpu_available=True)
+    assert dis_gpu.learner.num_gpus == 1 and dis_gpu.env_worker.num_gpus == 0
+    col_gpu = make_plan(compose_config([]).placement, gpu_available=True)
+    assert 0 < col_gpu.learner.num_gpus < 1 and 0 < col_gpu.env_worker.num_gpus < 1
+    robot = make_plan(compose_config(["env.edge.host=x"], robot="franka").placement, False)
+    assert robot.env_worker.actor_options()["resources"] == {"franka": 1}
