@@ -1,6 +1,6 @@
 # The two set-up commands (see README):
 #   make train   install, then train the default job (ManiSkill PickCube-v1, state, SAC, this machine)
-#   make test    install, then run the test suite (what CI runs)
+#   make test    install (plus robosuite's own environment), then run the test suite (what CI runs)
 .PHONY: install train test bench
 
 install:
@@ -10,6 +10,7 @@ train: install
 	.venv/bin/rlinf-user train --sim maniskill $(ARGS)
 
 test: install
+	bash scripts/install_robosuite_env.sh
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: install

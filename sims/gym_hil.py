@@ -144,6 +144,10 @@ class GymHilEnv(ContractEnv):
         self._init_spaces(state_dim, {c: (size, size) for c in self.cameras})
 
     @classmethod
+    def validate_config(cls, cfg: Any) -> None:
+        resolve_task(cfg.task)
+
+    @classmethod
     def from_config(cls, cfg: Any, seed: int | None = None) -> GymHilEnv:
         """Build from an ``EnvConfig``; ``cfg.kwargs`` go to the gym_hil env (e.g.
         ``random_block_position``) apart from ``ee_step_size``."""

@@ -297,6 +297,15 @@ class ManiSkillEnv(ContractEnv):
         self._init_spaces(state_dim, {c: (image_size, image_size) for c in self.cameras})
 
     @classmethod
+    def validate_config(cls, cfg: Any) -> None:
+        check_task(cfg.task)
+        mode = (cfg.kwargs or {}).get("control_mode", CONTROL_MODE)
+        if mode not in CONTROL_MODES:
+            raise ValueError(f"env.kwargs.control_mode must be one of {CONTROL_MODES}, got {mode!r}")
+        if cfg.reward not in REWARD_MODES:
+            raise ValueError(f"env.reward must be one of {sorted(REWARD_MODES)}, got {cfg.reward!r}")
+
+    @classmethod
     def from_config(cls, cfg: Any, seed: int | None = None) -> ManiSkillEnv:
         """Build from an ``EnvConfig``; ``cfg.kwargs`` go to ``gym.make`` (plus
         ``privileged_state``). ``cfg.control_hz`` is not applied: ManiSkill tasks run at

@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         handlers=[RichHandler(console=console, show_path=False, rich_tracebacks=False)],
     )
     from rlinf_user.config.compose import ConfigError
+    from rlinf_user.runtime.trainer import RunError
 
     try:
         if args.command == "train":
@@ -76,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, FileExistsError) as err:
         console.print(f"[bold red]error:[/] {err}")
         return 2
+    except RunError as err:
+        console.print(f"[bold red]error:[/] {err}")
+        return 1
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")
         return 130

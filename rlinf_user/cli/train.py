@@ -55,8 +55,17 @@ def _resume_config(cfg, overrides):
     saved = Path(cfg.resume) / "config.yaml"
     if not saved.exists():
         raise FileNotFoundError(f"resume={cfg.resume}: no config.yaml there")
-    base = OmegaConf.merge(OmegaConf.structured(type(OmegaConf.to_object(cfg))), OmegaConf.load(saved))
-    explicit = OmegaConf.from_dotlist([o for o in overrides if "=" in o and not o.startswith(("~", "+"))])
+    from rlinf_user.config.compose import GROUPS
+    from rlinf_user.config.schema import RunConfig
+
+    base = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(saved))
+    # Key overrides (total_env_steps=..., algo.utd_ratio=...) apply on top of the saved
+    # config; group choices (algo=rlpd) cannot change what a run is and are ignored.
+    keyed = [o for o in overrides if "=" in o and not o.startswith(("~", "+"))]
+    ignored = [o for o in keyed if o.split("=", 1)[0] in GROUPS]
+    if ignored:
+        log.warning("resume: ignoring group overrides %s (a resumed run keeps its groups)", ignored)
+    explicit = OmegaConf.from_dotlist([o for o in keyed if o not in ignored])
     merged = OmegaConf.merge(base, explicit)
     merged.resume = cfg.resume
     return merged

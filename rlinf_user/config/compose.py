@@ -48,7 +48,7 @@ def compose_config(
 
 
 def _explain(err: Exception) -> str:
-    msg = str(err).strip()
+    msg = str(err).strip().split("\nConfig search path:")[0].strip()
     if "Could not find" in msg and "'robot/" in msg:
         return f"unknown robot: {msg}"
     if "Could not find" in msg and "'sim/" in msg:
@@ -80,6 +80,12 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("placement.num_env_workers and placement.envs_per_worker must be >= 1")
     if cfg.total_env_steps <= 0:
         raise ConfigError("total_env_steps must be > 0")
+    from rlinf_user.env.registry import validate_env_config
+
+    try:
+        validate_env_config(cfg.env)
+    except (KeyError, ValueError) as err:
+        raise ConfigError(str(err)) from err
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -30,6 +30,10 @@ class ContractEnv(gym.Env, abc.ABC):
     action_spec: ActionSpec = ActionSpec()
     max_episode_steps: int = 100
 
+    @classmethod
+    def validate_config(cls, env_cfg) -> None:
+        """Cheap checks of task names and options before anything is started (override)."""
+
     def _init_spaces(self, state_dim: int, cameras: dict[str, tuple[int, int]]) -> None:
         self.observation_space = observation_space(state_dim, cameras)
         self.action_space = action_space()

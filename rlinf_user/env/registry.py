@@ -40,3 +40,9 @@ def make_env(env_cfg: Any, seed: int | None = None) -> ContractEnv:
     """Build one env from an ``EnvConfig`` (see ``rlinf_user.config.schema``)."""
     cls = backend_class(env_cfg.kind, env_cfg.backend)
     return cls.from_config(env_cfg, seed=seed)
+
+
+def validate_env_config(env_cfg: Any) -> None:
+    """Raise ``ValueError``/``UnknownBackendError`` for a bad backend, task or option,
+    without building the env (used at the command line before any process starts)."""
+    backend_class(env_cfg.kind, env_cfg.backend).validate_config(env_cfg)

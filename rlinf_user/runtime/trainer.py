@@ -29,6 +29,15 @@ TRAIN_CALL_UPDATES = 50
 MAX_WORKER_RESTARTS = 5
 
 
+class RunError(RuntimeError):
+    """A run that cannot go on; the message says why and what to do."""
+
+
+def _root_cause(err: BaseException) -> str:
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else repr(err)
+
+
 @dataclass
 class Progress:
     env_steps: int = 0
@@ -85,7 +94,13 @@ class Trainer:
         self.eval_worker = self.EnvWorkerActor.options(**plan.env_worker.actor_options()).remote(
             cfg, 999, self.weights, None, cfg.seed + 999_983
         )
-        self.spec = ray.get(self.eval_worker.get_spec.remote())
+        try:
+            self.spec = ray.get(self.eval_worker.get_spec.remote())
+        except ray.exceptions.RayError as err:
+            raise RunError(
+                f"the environment {cfg.env.backend}:{cfg.env.task} could not start: {_root_cause(err)} "
+                "(`rlinf-user doctor` lists what is missing)"
+            ) from err
         log.info("env spec: %s", self.spec)
         self.replay = None
         if plan.replay is not None:
@@ -152,8 +167,9 @@ class Trainer:
                     try:
                         m = ray.get(ref)
                     except ray.exceptions.RayActorError as err:
-                        raise RuntimeError(
-                            f"the learner died ({err}); continue the run with resume={self.run_dir}"
+                        raise RunError(
+                            f"the learner died ({_root_cause(err)}); continue the run with "
+                            f"`rlinf-user train resume={self.run_dir}`"
                         ) from err
                     p.updates, p.version = m["num_updates"], m["version"]
                     if m["updates"]:
@@ -170,7 +186,10 @@ class Trainer:
                         p.worker_restarts += 1
                         log.error("env worker %d failed (%s); restarting it", i, err)
                         if p.worker_restarts > MAX_WORKER_RESTARTS:
-                            raise RuntimeError(f"env workers failed {p.worker_restarts} times; giving up") from err
+                            raise RunError(
+                                f"env workers failed {p.worker_restarts} times (last: {_root_cause(err)}); "
+                                f"giving up; continue with `rlinf-user train resume={self.run_dir}`"
+                            ) from err
                         ray.kill(self.workers[i], no_restart=True)
                         generations[i] += 1
                         self.workers[i] = self._spawn_worker(i, generations[i])

@@ -1,0 +1,74 @@
+"""The command line as a user types it: real subprocesses, real run directories."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "rlinf_user.cli.main"]
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+
+
+def run(*args, timeout=600, cwd=None):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=ENV, cwd=cwd)
+
+
+@pytest.mark.parametrize("sub", [[], ["train"], ["eval"], ["doctor"]])
+def test_help_everywhere(sub):
+    r = run(*sub, "--help")
+    assert r.returncode == 0 and "usage: rlinf-user" in r.stdout
+
+
+def test_dry_run_prints_resolved_config():
+    r = run("train", "--sim", "maniskill", "--dry-run", "env.task=PushCube-v1", "seed=3", "algo=crossq")
+    assert r.returncode == 0, r.stderr
+    assert "task: PushCube-v1" in r.stdout and "seed: 3" in r.stdout and "name: crossq" in r.stdout
+
+
+def test_missing_robot_host_fails_before_starting(tmp_path):
+    r = run("train", "--robot", "franka", f"run_root={tmp_path}")
+    assert r.returncode == 2
+    assert "env.edge.host" in r.stderr
+    assert not any(tmp_path.iterdir())  # nothing was started or written
+
+
+def test_unknown_simulator_and_bad_key():
+    r = run("train", "--sim", "isaacgym")
+    assert r.returncode == 2 and "unknown simulator" in r.stderr
+    r = run("train", "--sim", "maniskill", "algo.gama=0.9", "--dry-run")
+    assert r.returncode == 2 and "algo.gama" in r.stderr
+
+
+def test_doctor_reports_components():
+    r = run("doctor")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name in ("torch", "ray", "mani_skill", "vulkan", "gym_hil", "franky"):
+        assert name in r.stderr
+
+
+def test_train_then_eval_writes_results_and_video(tmp_path):
+    pytest.importorskip("mani_skill")
+    r = run(
+        "train", "--sim", "maniskill", "env.task=PushCube-v1", "total_env_steps=600",
+        "algo.learning_starts=200", "algo.batch_size=64", "policy.hidden=[32,32]",
+        "eval_every_steps=300", "eval_episodes=2", "checkpoint_every_steps=300",
+        f"run_root={tmp_path}", "run_name=cli", "progress=false",
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_dir = tmp_path / "cli"
+    for p in ("config.yaml", "train.log", "checkpoints/latest", "eval/summary.json", "eval/history.csv"):
+        assert (run_dir / p).exists(), p
+    r = run("eval", str(run_dir), "--episodes", "2", "--video-episodes", "1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = list((run_dir / "eval").glob("eval-ckpt-*.json"))
+    assert len(results) == 1
+    data = json.loads(results[0].read_text())
+    assert data["episodes"] == 2 and 0.0 <= data["success_rate"] <= 1.0
+    video = Path(data["video"])
+    assert video.exists() and video.stat().st_size > 1000
+    # the same run directory cannot be started twice by accident
+    r = run("train", "--sim", "maniskill", f"run_root={tmp_path}", "run_name=cli", "progress=false")
+    assert r.returncode == 2 and "resume=" in r.stderr
