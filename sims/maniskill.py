@@ -297,6 +297,15 @@ class ManiSkillEnv(ContractEnv):
         self._init_spaces(state_dim, {c: (image_size, image_size) for c in self.cameras})
 
     @classmethod
+    def make_vector(cls, cfg: Any, num_envs: int, seed: int) -> ManiSkillVectorEnv | None:
+        """GPU-parallel envs (one PhysX CUDA scene) when CUDA is present and allowed."""
+        import torch
+
+        if cfg.sim_device == "cpu" or not torch.cuda.is_available():
+            return None
+        return ManiSkillVectorEnv.from_config(cfg, num_envs=num_envs, seed=seed)
+
+    @classmethod
     def validate_config(cls, cfg: Any) -> None:
         check_task(cfg.task)
         mode = (cfg.kwargs or {}).get("control_mode", CONTROL_MODE)

@@ -31,6 +31,10 @@ class EnvConfig:
     reward: str = "dense"  # dense | sparse (backends that support both)
     sim_device: str = "auto"  # auto | cpu | cuda (GPU-parallel where the backend has it)
     control_hz: float = 10.0
+    # Reward added on a step that ends the episode in success. With a dense reward and
+    # success terminating the episode, a learner otherwise prefers to hover just short of
+    # success and keep collecting reward; ~ r_max / (1 - gamma) removes that incentive.
+    success_bonus: float = 0.0
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the backend
     edge: Optional[EdgeConfig] = None
 

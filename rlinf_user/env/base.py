@@ -29,10 +29,17 @@ class ContractEnv(gym.Env, abc.ABC):
     metadata = {"render_modes": ["rgb_array"]}
     action_spec: ActionSpec = ActionSpec()
     max_episode_steps: int = 100
+    success_bonus: float = 0.0
 
     @classmethod
     def validate_config(cls, env_cfg) -> None:
         """Cheap checks of task names and options before anything is started (override)."""
+
+    @classmethod
+    def make_vector(cls, env_cfg, num_envs: int, seed: int):
+        """A natively parallel batch of ``num_envs`` (GPU simulators), or None to step
+        single envs with :class:`~rlinf_user.env.vector.EnvBatch`."""
+        return None
 
     def _init_spaces(self, state_dim: int, cameras: dict[str, tuple[int, int]]) -> None:
         self.observation_space = observation_space(state_dim, cameras)
@@ -63,6 +70,8 @@ class ContractEnv(gym.Env, abc.ABC):
         info.setdefault("success", False)
         info["success"] = bool(info["success"])
         reward = float(reward)
+        if terminated and info["success"]:
+            reward += self.success_bonus
         if not np.isfinite(reward):
             raise ContractError(f"{type(self).__name__} produced a non-finite reward {reward}")
         return obs, reward, bool(terminated), truncated, info

@@ -11,14 +11,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlinf_user.env.registry import make_env
-from rlinf_user.env.vector import EnvBatch, index_obs
+from rlinf_user.env.registry import make_vector_env
+from rlinf_user.env.vector import index_obs
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ def flatten_obs(prefix: str, obs: dict[str, Any], out: dict[str, list]) -> None:
 
 
 class EnvWorker:
-    def __init__(self, cfg, worker_id: int, weight_store=None, sink=None, seed: int = 0):
+    def __init__(self, cfg, worker_id: int, weight_store=None, sink=None, seed: int = 0, num_envs: int | None = None):
         from rlinf_user.algorithms.sac import build_policy
         from rlinf_user.runtime.weights import WeightSubscriber
 
@@ -67,8 +66,8 @@ class EnvWorker:
         self.cfg = cfg
         self.worker_id = worker_id
         self.sink = sink
-        n = int(cfg.placement.envs_per_worker)
-        self.envs = EnvBatch([partial(make_env, cfg.env, seed + i) for i in range(n)])
+        n = int(num_envs or cfg.placement.envs_per_worker)
+        self.envs = make_vector_env(cfg.env, n, seed)
         self.spec = env_spec(self.envs)
         self.policy = build_policy(
             cfg.policy, self.spec["state_dim"], self.spec["cameras"], self.spec["action_dim"]
@@ -165,6 +164,8 @@ class EnvWorker:
         if self.weights is not None:
             self.weights.sync()
         results, frames = [], []
+        if not hasattr(self.envs, "envs"):
+            raise RuntimeError("evaluation needs a worker built with num_envs=1")
         env = self.envs.envs[0]
         for ep in range(num_episodes):
             obs, _ = env.reset(seed=10_000 + ep)

@@ -92,7 +92,7 @@ class Trainer:
         self.EnvWorkerActor = ray.remote(EnvWorker)
         self.weights = ray.remote(WeightStore).options(**plan.weights.actor_options()).remote()
         self.eval_worker = self.EnvWorkerActor.options(**plan.env_worker.actor_options()).remote(
-            cfg, 999, self.weights, None, cfg.seed + 999_983
+            cfg, 999, self.weights, None, cfg.seed + 999_983, 1
         )
         try:
             self.spec = ray.get(self.eval_worker.get_spec.remote())

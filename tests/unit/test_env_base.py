@@ -1,0 +1,68 @@
+"""ContractEnv's guarantees, on a minimal point-mass backend defined here."""
+
+import numpy as np
+import pytest
+
+from rlinf_user.env.base import ContractEnv
+from rlinf_user.env.contract import ContractError, make_observation, validate_step
+
+
+class PointMass(ContractEnv):
+    max_episode_steps = 5
+
+    def __init__(self, nan_at=None):
+        self.nan_at = nan_at
+        self._init_spaces(3, {})
+
+    def _reset(self, seed):
+        self.pos = np.zeros(3)
+        self.t = 0
+        return make_observation(self.pos, stamp=0.0), {}
+
+    def _step(self, action):
+        self.t += 1
+        self.pos = self.pos + 0.1 * action[:3]
+        state = self.pos.copy()
+        if self.nan_at == self.t:
+            state[0] = np.nan
+        success = bool(self.pos[0] >= 0.2)
+        return make_observation(state, stamp=self.t * 0.1), float(self.pos[0]), success, {"success": success}
+
+
+def test_truncates_at_limit_and_keeps_terminated_apart():
+    env = PointMass()
+    env.reset(seed=0)
+    for i in range(5):
+        result = env.step(np.zeros(7))
+        validate_step(result, env.observation_space)
+    _, _, terminated, truncated, info = result
+    assert truncated and not terminated and info["success"] is False
+
+
+def test_success_terminates_and_earns_the_bonus():
+    env = PointMass()
+    env.success_bonus = 10.0
+    env.reset()
+    _, r1, te1, _, _ = env.step(np.array([1, 0, 0, 0, 0, 0, 0]))
+    _, r2, te2, tr2, info = env.step(np.array([1, 0, 0, 0, 0, 0, 0]))
+    assert not te1 and r1 == pytest.approx(0.1)
+    assert te2 and not tr2 and info["success"] and r2 == pytest.approx(0.2 + 10.0)
+
+
+def test_actions_nan_refused_and_out_of_range_clipped():
+    env = PointMass()
+    env.reset()
+    with pytest.raises(ContractError, match="NaN"):
+        env.step(np.array([np.nan, 0, 0, 0, 0, 0, 0]))
+    with pytest.raises(ContractError, match="shape"):
+        env.step(np.zeros(6))
+    obs, *_ = env.step(np.array([50.0, -50.0, 0, 0, 0, 0, 0]))
+    np.testing.assert_allclose(obs["state"], [0.1, -0.1, 0.0])
+
+
+def test_nan_observation_is_an_error_not_data():
+    env = PointMass(nan_at=2)
+    env.reset()
+    env.step(np.zeros(7))
+    with pytest.raises(ContractError, match="NaN"):
+        env.step(np.zeros(7))
