@@ -1,5 +1,6 @@
 # The two set-up commands (see README):
-#   make train   install, then train the default job (ManiSkill PickCube-v1, state, SAC, this machine)
+#   make train   install, then train the default job (gym_hil MuJoCo Franka pick-cube, state, SAC,
+#                this machine) until evaluation success reaches 90%
 #   make test    install (plus robosuite's own environment), then run the test suite (what CI runs)
 .PHONY: install train test bench
 
@@ -7,7 +8,7 @@ install:
 	bash scripts/install.sh
 
 train: install
-	.venv/bin/rlinf-user train --sim maniskill $(ARGS)
+	.venv/bin/rlinf-user train target_success=0.9 $(ARGS)
 
 test: install
 	bash scripts/install_robosuite_env.sh

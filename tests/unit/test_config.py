@@ -7,7 +7,7 @@ from rlinf_user.runtime.placement import make_plan
 def test_defaults_are_sim_training_on_this_machine():
     cfg = compose_config([])
     validate(cfg)
-    assert (cfg.env.kind, cfg.env.backend, cfg.env.task) == ("sim", "maniskill", "PickCube-v1")
+    assert (cfg.env.kind, cfg.env.backend, cfg.env.task) == ("sim", "gym_hil", "PandaPickCube")
     assert cfg.algo.name == "sac" and cfg.placement.mode == "collocated"
 
 
@@ -54,8 +54,8 @@ def test_semantic_validation():
     with pytest.raises(ConfigError, match="demos"):
         validate(compose_config(["algo=rlpd"]))
     with pytest.raises(ConfigError, match="cameras"):
-        validate(compose_config(["policy=cnn"]))
-    validate(compose_config(["policy=cnn", "env.cameras=[base_camera]"]))
+        validate(compose_config(["policy=cnn"], sim="maniskill"))
+    validate(compose_config(["policy=cnn", "env.cameras=[base_camera]"], sim="maniskill"))
 
 
 def test_placements():
