@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -60,13 +62,24 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--case", type=int, default=None, help="run one case in this process")
     args = ap.parse_args()
-    rows = []
-    for backend, task, cams in CASES:
+    if args.case is not None:
+        backend, task, cams = CASES[args.case]
         try:
-            rows.append(bench(backend, task, cams, args.steps, args.repeats))
+            row = bench(backend, task, cams, args.steps, args.repeats)
         except Exception as err:  # noqa: BLE001 - report and continue with other backends
-            rows.append({"backend": backend, "task": task, "error": str(err)[:200]})
+            row = {"backend": backend, "task": task, "error": str(err)[:200]}
+        print("RESULT " + json.dumps(row))
+        return
+    rows = []
+    for i in range(len(CASES)):  # each simulator in a fresh process (OpenGL/Vulkan state)
+        out = subprocess.run(
+            [sys.executable, __file__, "--case", str(i), "--steps", str(args.steps), "--repeats", str(args.repeats)],
+            capture_output=True, text=True,
+        ).stdout
+        line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+        rows.append(json.loads(line[-1][7:]) if line else {"case": CASES[i], "error": "no result"})
         print(json.dumps(rows[-1]))
     if args.out:
         with open(args.out, "w") as f:
