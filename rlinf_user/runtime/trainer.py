@@ -321,3 +321,13 @@ class Trainer:
                 ray.get(self.learner.close.remote(), timeout=10)
             except Exception:  # noqa: BLE001
                 pass
+        # Free the run's resources now rather than when the handles are garbage collected,
+        # so a following run in the same Ray session can be scheduled.
+        actors = [*getattr(self, "workers", []), getattr(self, "eval_worker", None)]
+        actors += [getattr(self, name, None) for name in ("learner", "replay", "weights")]
+        for actor in actors:
+            if actor is not None:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:  # noqa: BLE001
+                    pass

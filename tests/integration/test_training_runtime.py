@@ -39,7 +39,8 @@ def short_cfg(tmp_path, *extra):
             "run_name=r",
             "progress=false",
             *extra,
-        ]
+        ],
+        sim="maniskill",
     )
     validate(cfg)
     return cfg
