@@ -45,6 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", help="where to write results (default <run>/eval/)")
     ev.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides on the run's config")
 
+    edge = sub.add_parser(
+        "edge",
+        help="run the edge daemon on the robot PC (control loop, cameras, safety); "
+        "`edge keygen DIR` creates its CURVE keys",
+        epilog="Examples: `rlinf-user edge --robot franka robot.ip=172.16.0.2 bind=10.0.0.5 "
+        "secret_key=keys/edge.key_secret authorized_keys=keys/authorized`; "
+        "`rlinf-user edge --robot franka franky_sim=true` (MuJoCo Franka, no hardware); "
+        "`rlinf-user edge --sim gym_hil`; `rlinf-user edge keygen keys/`.",
+    )
+    _env_args(edge)
+    edge.add_argument("--duration", type=float, default=None, help="serve this many seconds, then exit")
+
     doc = sub.add_parser("doctor", help="check versions, devices, simulators and drivers; say how to fix")
     doc.add_argument("--robot", metavar="NAME", help="also check a robot's dependencies (franka)")
     return parser
@@ -59,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         handlers=[RichHandler(console=console, show_path=False, rich_tracebacks=False)],
     )
     from rlinf_user.config.compose import ConfigError
+    from rlinf_user.edge.daemon import EdgeStartError
+    from rlinf_user.edge.security import AuthError
     from rlinf_user.runtime.trainer import RunError
 
     try:
@@ -70,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlinf_user.cli.evaluate import run_eval
 
             return run_eval(args, console)
+        if args.command == "edge":
+            from rlinf_user.cli.edge import run_edge
+
+            return run_edge(args, console)
         if args.command == "doctor":
             from rlinf_user.cli.doctor import run_doctor
 
@@ -77,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, FileExistsError) as err:
         console.print(f"[bold red]error:[/] {err}")
         return 2
+    except (EdgeStartError, AuthError) as err:
+        console.print(f"[bold red]error:[/] {err}")
+        return 1
     except RunError as err:
         console.print(f"[bold red]error:[/] {err}")
         return 1

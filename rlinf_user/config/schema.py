@@ -14,8 +14,13 @@ class EdgeConfig:
 
     host: str = MISSING
     port: int = 5555
+    # CURVE keys from `rlinf-user edge keygen`: the daemon's public key, this side's secret
     server_public_key: Optional[str] = None
     client_secret_key: Optional[str] = None
+    timeout_s: float = 2.0  # no reply to a step within this: the episode is truncated
+    heartbeat_s: float = 0.5
+    hello_timeout_s: float = 10.0
+    reconnect_s: float = 60.0  # keep retrying a lost daemon this long before failing
 
 
 @dataclass

@@ -66,7 +66,9 @@ class ContractEnv(gym.Env, abc.ABC):
         obs, reward, terminated, info = self._step(a)
         self._check_obs(obs)
         self._elapsed += 1
-        truncated = bool(self._elapsed >= self.max_episode_steps and not terminated)
+        # a backend may end an episode early without a terminal state (lost connection)
+        cut = bool(info.pop("truncate", False))
+        truncated = bool((cut or self._elapsed >= self.max_episode_steps) and not terminated)
         info.setdefault("success", False)
         info["success"] = bool(info["success"])
         reward = float(reward)

@@ -13,7 +13,8 @@ SIM_BACKENDS: dict[str, str] = {
     "robosuite": "rlinf_user.sims.robosuite:RobosuiteEnv",
 }
 ROBOT_BACKENDS: dict[str, str] = {
-    "franka": "rlinf_user.robots.franka_env:FrankaRemoteEnv",
+    # any robot (or served simulator) behind `rlinf-user edge`; the name picks the defaults
+    "franka": "rlinf_user.env.remote:RemoteRobotEnv",
 }
 
 

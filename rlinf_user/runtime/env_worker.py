@@ -159,6 +159,11 @@ class EnvWorker:
             ray.get(self.inflight.popleft())  # back-pressure only if the sink is far behind
         self.inflight.append(self.sink.add.remote(chunk))
 
+    def set_sink(self, sink) -> None:
+        """Where transition chunks go (set after construction when the worker was needed
+        before the learner existed: a robot's single worker reports the env spec)."""
+        self.sink = sink
+
     def evaluate(self, num_episodes: int, record_video: bool = False) -> dict[str, Any]:
         """Deterministic-policy episodes (on this worker's own envs) with the latest weights."""
         if self.weights is not None:

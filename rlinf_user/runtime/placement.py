@@ -84,4 +84,9 @@ def ray_init_kwargs(placement_cfg, plan: Plan) -> dict[str, Any]:
     if placement_cfg.ray_address:
         return {"address": placement_cfg.ray_address}
     cpus = max(os.cpu_count() or 1, int(plan.total_cpus() + 0.999))
-    return {"num_cpus": cpus, "include_dashboard": False, "log_to_driver": True}
+    kwargs: dict[str, Any] = {"num_cpus": cpus, "include_dashboard": False, "log_to_driver": True}
+    # One machine that reaches the robot(s) itself offers them as resources, e.g.
+    # {"franka": 1}; on a cluster the node that reaches a robot registers it.
+    if plan.env_worker.resources:
+        kwargs["resources"] = {k: float(v) for k, v in plan.env_worker.resources.items()}
+    return kwargs

@@ -91,9 +91,15 @@ class Trainer:
         _ray_init(cfg, plan)
         self.EnvWorkerActor = ray.remote(EnvWorker)
         self.weights = ray.remote(WeightStore).options(**plan.weights.actor_options()).remote()
-        self.eval_worker = self.EnvWorkerActor.options(**plan.env_worker.actor_options()).remote(
-            cfg, 999, self.weights, None, cfg.seed + 999_983, 1
-        )
+        # A simulator gets its own evaluation worker. A robot is one physical thing: its
+        # training worker runs the evaluation episodes between rollout chunks.
+        self.shares_robot = cfg.env.kind == "robot"
+        if self.shares_robot:
+            self.eval_worker = self._spawn_worker(0)
+        else:
+            self.eval_worker = self.EnvWorkerActor.options(**plan.env_worker.actor_options()).remote(
+                cfg, 999, self.weights, None, cfg.seed + 999_983, 1
+            )
         try:
             self.spec = ray.get(self.eval_worker.get_spec.remote())
         except ray.exceptions.RayError as err:
@@ -130,14 +136,19 @@ class Trainer:
                 log.info("resumed from %s: %s", ckpt, state)
         self.progress.version = ray.get(self.learner.publish.remote())
         self.sink = self.replay if self.replay is not None else self.learner
-        self.workers = [self._spawn_worker(i) for i in range(plan.num_env_workers)]
+        if self.shares_robot:
+            ray.get(self.eval_worker.set_sink.remote(self.sink))
+            self.workers = [self.eval_worker]
+            self.workers += [self._spawn_worker(i) for i in range(1, plan.num_env_workers)]
+        else:
+            self.workers = [self._spawn_worker(i) for i in range(plan.num_env_workers)]
         if self.cfg.resume:
             log.info("replay after restore: %s", ray.get(self.learner.replay_stats.remote()))
 
     def _spawn_worker(self, i: int, generation: int = 0):
         seed = self.cfg.seed + 7919 * (i + 1) + 104_729 * generation
         return self.EnvWorkerActor.options(**self.plan.env_worker.actor_options()).remote(
-            self.cfg, i, self.weights, self.sink, seed
+            self.cfg, i, self.weights, getattr(self, "sink", None), seed
         )
 
     # -- main loop ----------------------------------------------------------------------------
@@ -193,6 +204,8 @@ class Trainer:
                         ray.kill(self.workers[i], no_restart=True)
                         generations[i] += 1
                         self.workers[i] = self._spawn_worker(i, generations[i])
+                        if self.shares_robot and i == 0:
+                            self.eval_worker = self.workers[0]
                         rollout_calls[self._rollout(self.workers[i])] = i
                         continue
                     p.env_steps += r["steps"]

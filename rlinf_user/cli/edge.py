@@ -1,0 +1,110 @@
+"""``rlinf-user edge``: run the edge daemon on the robot PC, or create its keys."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import signal
+import threading
+from typing import Any
+
+from omegaconf import OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+log = logging.getLogger(__name__)
+
+
+def run_keygen(directory: str, console: Console) -> int:
+    from rlinf_user.edge.security import keygen
+
+    paths = keygen(directory)
+    table = Table(title="edge keys", show_header=False)
+    for name, path in paths.items():
+        table.add_row(name, str(path))
+    console.print(table)
+    console.print(
+        "robot PC: [bold]secret_key=[/]" + str(paths["edge_secret"])
+        + " [bold]authorized_keys=[/]" + str(paths["authorized"])
+        + "\ntraining side: [bold]env.edge.server_public_key=[/]" + str(paths["edge_public"])
+        + " [bold]env.edge.client_secret_key=[/]" + str(paths["client_secret"])
+        + "\ncopy the training side's files over a trusted channel; never copy edge.key_secret"
+    )  # fmt: skip
+    return 0
+
+
+def make_backend_factory(cfg) -> Any:
+    from rlinf_user.edge.factory import franka_backend, sim_backend
+
+    if cfg.env is not None:
+        return functools.partial(sim_backend, OmegaConf.to_container(cfg.env, resolve=True))
+    robot = OmegaConf.to_container(cfg.robot, resolve=True)
+    safety = OmegaConf.to_container(cfg.safety, resolve=True)
+    safety["watchdog_periods"] = int(safety["watchdog_periods"])
+    return functools.partial(franka_backend, robot, safety)
+
+
+def start_cameras(cfg) -> dict[str, Any]:
+    if not cfg.cameras:
+        return {}
+    from rlinf_user.robots.cameras.base import start_streams
+
+    return start_streams([OmegaConf.to_container(c, resolve=True) for c in cfg.cameras])
+
+
+def build_daemon(cfg):
+    from rlinf_user.edge.daemon import EdgeDaemon
+
+    return EdgeDaemon(
+        make_backend_factory(cfg), bind=cfg.bind, port=cfg.port, control_hz=cfg.control_hz,
+        watchdog_periods=cfg.safety.watchdog_periods, secret_key=cfg.secret_key,
+        authorized_keys=cfg.authorized_keys, heartbeat_s=cfg.heartbeat_s,
+        peer_timeout_s=cfg.peer_timeout_s, max_message_bytes=cfg.max_message_bytes,
+        realtime_priority=cfg.realtime_priority, spin_s=cfg.spin_s,
+        cameras=start_cameras(cfg), frame_max_age_s=cfg.frame_max_age_s,
+    )  # fmt: skip
+
+
+def run_edge(args, console: Console) -> int:
+    if args.overrides and args.overrides[0] == "keygen":
+        if len(args.overrides) != 2:
+            console.print("[bold red]error:[/] usage: rlinf-user edge keygen <folder>")
+            return 2
+        return run_keygen(args.overrides[1], console)
+    from rlinf_user.edge.config import compose_edge_config
+
+    cfg = compose_edge_config(args.overrides, robot=args.robot, sim=args.sim)
+    if args.dry_run:
+        console.print(OmegaConf.to_yaml(cfg))
+        return 0
+    sim_server = None
+    if cfg.franky_sim:
+        from rlinf_user.robots.franka.sim_server import start_franky_sim
+
+        console.print("starting franky-sim (MuJoCo Franka speaking the libfranka protocol)")
+        sim_server = start_franky_sim(hostname=cfg.robot.ip)
+    daemon = build_daemon(cfg)
+    try:
+        spec = daemon.start()
+        table = Table(title=f"edge daemon: {spec.get('description')}", show_header=False)
+        table.add_row("serving", f"tcp://{cfg.bind}:{cfg.port} (stream :{cfg.port + 1})")
+        table.add_row("auth", "CURVE" if cfg.secret_key else "none (loopback only)")
+        table.add_row("control", f"{cfg.control_hz:g} Hz, watchdog {cfg.safety.watchdog_periods} periods")
+        table.add_row("state", f"{spec.get('state_dim')} floats")
+        table.add_row("cameras", ", ".join(spec.get("cameras") or {}) or "none")
+        console.print(table)
+        stop = threading.Event()
+
+        def _on_signal(signum, frame):
+            stop.set()
+            daemon.stop()
+
+        signal.signal(signal.SIGTERM, _on_signal)
+        daemon.run(duration_s=args.duration)
+    except KeyboardInterrupt:
+        console.print("[yellow]stopping the edge daemon (robot held)[/]")
+    finally:
+        daemon.close()
+        if sim_server is not None:
+            sim_server.close()
+    return 0

@@ -1,0 +1,194 @@
+"""The training side of the edge protocol: one DEALER socket to the daemon.
+
+``EdgeClient.request`` sends a request with a fresh id and waits for the reply carrying
+that id (late replies to earlier, abandoned requests are dropped). While waiting it
+answers nothing and counts the daemon's heartbeats; a heartbeat thread pings the daemon
+when the client has been quiet, so the daemon knows its controller is alive. Failed
+security handshakes are reported from the socket monitor with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from rlinf_user.edge.protocol import PROTOCOL_VERSION, Message, ProtocolError, decode, encode
+from rlinf_user.edge.security import HANDSHAKE_FAILURES, AuthError, client_options
+
+log = logging.getLogger(__name__)
+
+
+class EdgeTimeout(TimeoutError):
+    """No reply from the edge daemon in time (network drop, daemon gone)."""
+
+
+class EdgeRefused(RuntimeError):
+    """The daemon answered with an error message; ``code`` says which kind."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"edge refused ({code}): {message}")
+        self.code = code
+
+
+class EdgeClient:
+    def __init__(self, host: str, port: int = 5555, *, server_public_key: str | None = None,
+                 client_secret_key: str | None = None, timeout_s: float = 5.0,
+                 heartbeat_s: float = 0.5, client_name: str = "rlinf-user"):  # fmt: skip
+        self.host, self.port = host, port
+        self.timeout_s, self.heartbeat_s = timeout_s, heartbeat_s
+        self.client_name = client_name
+        self.session = uuid.uuid4().hex[:12]
+        self._opts = client_options(server_public_key, client_secret_key)
+        self.ctx = zmq.Context()
+        self._lock = threading.RLock()
+        self._rid = 0
+        self._last_sent = 0.0
+        self.last_heard = 0.0
+        self.auth_failure: str | None = None
+        self.spec: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._open()
+        self._beat = threading.Thread(target=self._heartbeat_loop, daemon=True, name="edge-heartbeat")
+        self._beat.start()
+
+    # -- sockets -------------------------------------------------------------------
+    def _open(self) -> None:
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.linger = 0
+        for opt, value in self._opts.items():
+            sock.setsockopt(opt, value)
+        self.monitor = sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        )  # fmt: skip
+        sock.connect(f"tcp://{self.host}:{self.port}")
+        self.sock = sock
+
+    def reconnect(self) -> None:
+        """Drop the socket (and anything queued on it) and connect afresh."""
+        with self._lock:
+            self.sock.disable_monitor()
+            self.monitor.close(0)
+            self.sock.close(0)
+            self._open()
+
+    def _check_monitor(self) -> None:
+        while self.monitor.poll(0):
+            event = recv_monitor_message(self.monitor)
+            why = HANDSHAKE_FAILURES.get(event["event"])
+            if why:
+                self.auth_failure = why
+        if self.auth_failure:
+            raise AuthError(
+                f"the edge daemon at {self.host}:{self.port} refused this client: "
+                f"{self.auth_failure}. Check edge.server_public_key / edge.client_secret_key "
+                "and that the client's public key is in the daemon's authorized keys"
+            )
+
+    # -- requests ------------------------------------------------------------------
+    def send(self, kind: str, body: dict | None = None, arrays: dict | None = None) -> int:
+        with self._lock:
+            self._rid += 1
+            self.sock.send_multipart(encode(Message(kind, self._rid, body or {}, arrays or {})),
+                                     copy=False)  # fmt: skip
+            self._last_sent = time.monotonic()
+            return self._rid
+
+    def wait(self, rid: int, timeout_s: float | None = None) -> Message:
+        """The reply to request ``rid``; raises EdgeRefused on an error reply."""
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        with self._lock:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._check_monitor()
+                    raise EdgeTimeout(
+                        f"no reply from the edge daemon at {self.host}:{self.port} within "
+                        f"{timeout_s or self.timeout_s:.1f} s"
+                    )
+                if time.monotonic() - self._last_sent > self.heartbeat_s:
+                    # a long request (homing) must not look like a dead client to the daemon
+                    self.sock.send_multipart(encode(Message("ping", 0)), flags=zmq.NOBLOCK)
+                    self._last_sent = time.monotonic()
+                if not self.sock.poll(min(remaining, self.heartbeat_s / 2, 0.1) * 1e3):
+                    self._check_monitor()
+                    continue
+                frames = self.sock.recv_multipart(copy=False)
+                try:
+                    msg = decode([f.buffer for f in frames])
+                except ProtocolError as err:
+                    raise EdgeRefused(err.code, f"undecodable reply from the edge: {err}") from err
+                self.last_heard = time.monotonic()
+                if msg.kind == "error" and msg.rid in (rid, 0):
+                    raise EdgeRefused(msg.body.get("code", "?"), msg.body.get("message", ""))
+                if msg.rid == rid:
+                    return msg
+                if msg.kind == "telemetry" and msg.rid == 0:
+                    log.info("edge event: %s", msg.body)
+                # else: a heartbeat or a late reply to an abandoned request
+
+    def request(self, kind: str, body: dict | None = None, arrays: dict | None = None,
+                timeout_s: float | None = None) -> Message:  # fmt: skip
+        with self._lock:
+            return self.wait(self.send(kind, body, arrays), timeout_s)
+
+    def hello(self, timeout_s: float | None = None) -> dict[str, Any]:
+        msg = self.request("hello", {"client": self.client_name, "session": self.session,
+                                     "protocol": PROTOCOL_VERSION}, timeout_s=timeout_s)  # fmt: skip
+        self.spec = dict(msg.body)
+        return self.spec
+
+    def act(self, action: np.ndarray, timeout_s: float | None = None) -> Message:
+        return self.request("act", arrays={"action": np.asarray(action, np.float32)},
+                            timeout_s=timeout_s)  # fmt: skip
+
+    def reset(self, seed: int | None = None, timeout_s: float = 60.0) -> Message:
+        return self.request("reset", {"seed": seed}, timeout_s=timeout_s)
+
+    def telemetry(self) -> dict[str, Any]:
+        return dict(self.request("telemetry").body)
+
+    # -- heartbeats ----------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.heartbeat_s / 2):
+            if time.monotonic() - self._last_sent < self.heartbeat_s:
+                continue
+            if not self._lock.acquire(timeout=0.01):
+                continue  # a request is in flight: that is a heartbeat already
+            try:
+                self.sock.send_multipart(encode(Message("ping", 0)), flags=zmq.NOBLOCK)
+                self._last_sent = time.monotonic()
+                while self.sock.poll(0):
+                    frames = self.sock.recv_multipart()
+                    try:
+                        msg = decode(frames)
+                    except ProtocolError:
+                        continue
+                    self.last_heard = time.monotonic()
+                    if msg.kind == "error":
+                        log.warning("edge: %s", msg.body.get("message"))
+            except zmq.ZMQError:
+                pass
+            finally:
+                self._lock.release()
+
+    def close(self, say_bye: bool = True) -> None:
+        self._stop.set()
+        self._beat.join(1)
+        with self._lock:
+            if say_bye:
+                try:
+                    self.sock.send_multipart(encode(Message("bye", 0)), flags=zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+            self.sock.disable_monitor()
+            self.monitor.close(0)
+            self.sock.close(200 if say_bye else 0)
+        self.ctx.term()

@@ -1,0 +1,304 @@
+"""The edge daemon's network process: authentication, validation, cameras, forwarding.
+
+Sockets (``tcp://<bind>:<port>``):
+
+* ``port``   ROUTER: requests from the training side and their replies (``hello``,
+  ``reset``, ``act``, ``hold``, ``stop``, ``ping``, ``telemetry``, ``bye``).
+* ``port+1`` PUB: latest-value streams (``state`` every tick with a reply); publishers keep
+  at most ``stream_hwm`` messages per subscriber so a slow subscriber only ever sees
+  recent values.
+
+One client controls the robot at a time (the one whose ``hello`` was accepted); its
+session id lets it reconnect after a network drop. Every inbound message is decoded and
+checked here; a malformed, oversized or wrong-version message is answered with an
+``error`` and never reaches the control loop. When the controller goes silent for
+``peer_timeout_s`` the daemon tells the loop to hold (the loop's own watchdog acts after
+``watchdog_periods`` ticks already). Camera frames are captured here, one thread per
+camera, and attached to each observation with their capture stamps.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from typing import Any, Callable
+
+import numpy as np
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from rlinf_user.edge import protocol
+from rlinf_user.edge.protocol import Message, ProtocolError, decode, encode, error
+from rlinf_user.edge.security import HANDSHAKE_FAILURES, ServerAuth
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_KINDS = ("reset", "act", "hold", "stop")
+
+
+class EdgeStartError(RuntimeError):
+    pass
+
+
+class EdgeDaemon:
+    def __init__(self, make_backend: Callable[[], Any], *, bind: str = "127.0.0.1", port: int = 5555,
+                 control_hz: float = 10.0, watchdog_periods: int = 2, secret_key: str | None = None,
+                 authorized_keys: str | None = None, heartbeat_s: float = 0.5,
+                 peer_timeout_s: float = 2.0, max_message_bytes: int = protocol.DEFAULT_MAX_BYTES,
+                 realtime_priority: int = 0, spin_s: float = 0.0005, cameras: dict | None = None,
+                 frame_max_age_s: float = 0.25, start_timeout_s: float = 60.0, stream_hwm: int = 2):  # fmt: skip
+        self.make_backend = make_backend
+        self.bind, self.port = bind, port
+        self.hz, self.watchdog_periods = control_hz, watchdog_periods
+        self.heartbeat_s, self.peer_timeout_s = heartbeat_s, peer_timeout_s
+        self.max_bytes = max_message_bytes
+        self.realtime_priority, self.spin_s = realtime_priority, spin_s
+        self.cameras = dict(cameras or {})  # name -> started capture stream
+        self.frame_max_age_s = frame_max_age_s
+        self.start_timeout_s = start_timeout_s
+        self.ctx = zmq.Context()
+        self.auth = ServerAuth(self.ctx, secret_key, authorized_keys, bind)
+        self.stream_hwm = stream_hwm
+        self.controller: bytes | None = None
+        self.session: str | None = None
+        self.last_seen = 0.0
+        self.counts = {"rejected": 0, "refused_peers": 0, "forwarded": 0, "replies": 0}
+        self.running = False
+        self.spec: dict[str, Any] = {}
+        self._tag = 1 << 40  # internal request ids for telemetry asked by any client
+        self._telemetry_waiters: dict[int, tuple[bytes, int]] = {}
+
+    # -- start-up ------------------------------------------------------------------
+    def start(self) -> dict[str, Any]:
+        """Bind, start the control-loop process, wait for the backend; returns its spec."""
+        from rlinf_user.edge.control_loop import serve
+
+        self.router = self.ctx.socket(zmq.ROUTER)
+        self.router.linger = 0
+        self.router.router_mandatory = False
+        self.router.maxmsgsize = 4 * self.max_bytes  # hard cap; the soft limit answers an error
+        self.auth.apply(self.router)
+        self.monitor = self.router.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_SUCCEEDED
+        )  # fmt: skip
+        self.router.bind(f"tcp://{self.bind}:{self.port}")
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.linger = 0
+        self.pub.sndhwm = self.stream_hwm
+        self.auth.apply(self.pub)
+        self.pub.bind(f"tcp://{self.bind}:{self.port + 1}")
+        self._ipc_dir = tempfile.mkdtemp(prefix="rlinf-edge-")
+        address = f"ipc://{self._ipc_dir}/control.sock"
+        self.pair = self.ctx.socket(zmq.PAIR)
+        self.pair.linger = 0
+        self.pair.bind(address)
+        proc_ctx = mp.get_context("spawn")
+        self.proc = proc_ctx.Process(
+            target=serve,
+            args=(self.make_backend, address, self.hz, self.watchdog_periods,
+                  self.realtime_priority, self.spin_s, logging.getLogger().level or logging.INFO),
+            name="rlinf-edge-control", daemon=True,
+        )  # fmt: skip
+        self.proc.start()
+        if not self.pair.poll(self.start_timeout_s * 1e3):
+            self.close()
+            raise EdgeStartError(f"the control loop did not start within {self.start_timeout_s} s")
+        first = decode(self.pair.recv_multipart())
+        if first.kind == "error":
+            self.close()
+            raise EdgeStartError(f"the robot/simulator could not start: {first.body.get('message')}")
+        self.spec = dict(first.body)
+        self.spec["cameras"] = {**self.spec.get("cameras", {}), **self._camera_shapes()}
+        self.spec.update(control_hz=self.hz, watchdog_periods=self.watchdog_periods)
+        log.info("edge daemon serving %s on tcp://%s:%d (auth %s)", self.spec.get("description"),
+                 self.bind, self.port, "CURVE" if self.auth.enabled else "none")  # fmt: skip
+        return self.spec
+
+    def _camera_shapes(self) -> dict[str, list[int]]:
+        return {name: list(stream.output_shape[:2]) for name, stream in self.cameras.items()}
+
+    # -- main loop -----------------------------------------------------------------
+    def run(self, duration_s: float | None = None) -> None:
+        poller = zmq.Poller()
+        for s in (self.router, self.pair, self.monitor):
+            poller.register(s, zmq.POLLIN)
+        self.running = True
+        end = None if duration_s is None else time.monotonic() + duration_s
+        next_beat = time.monotonic() + self.heartbeat_s
+        try:
+            while self.running and (end is None or time.monotonic() < end):
+                events = dict(poller.poll(max(1, int(self.heartbeat_s * 1e3 / 2))))
+                if self.router in events:
+                    self._on_request(self.router.recv_multipart(copy=False))
+                if self.pair in events:
+                    self._on_control(self.pair.recv_multipart(copy=False))
+                if self.monitor in events:
+                    self._on_monitor()
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + self.heartbeat_s
+                    self._heartbeat()
+        finally:
+            self.close()
+
+    def _reply(self, identity: bytes, msg: Message) -> None:
+        self.router.send_multipart([identity, *encode(msg)], copy=False)
+
+    def _on_request(self, frames: list[zmq.Frame]) -> None:
+        identity, payload = frames[0].bytes, [f.buffer for f in frames[1:]]
+        try:
+            msg = decode(payload, self.max_bytes)
+        except ProtocolError as err:
+            self.counts["rejected"] += 1
+            rid = _rid_of(payload)
+            log.warning("rejected a message (%s): %s", err.code, err)
+            self._reply(identity, error(rid, err.code, str(err)))
+            return
+        if identity == self.controller:
+            self.last_seen = time.monotonic()
+        kind = msg.kind
+        if kind == "hello":
+            self._hello(identity, msg)
+        elif kind == "ping":
+            self._reply(identity, Message("pong", msg.rid, {"edge_time": time.monotonic()}))
+        elif kind == "bye":
+            if identity == self.controller:
+                self._forward(Message("hold", 0))
+                self.controller = self.session = None
+            self._reply(identity, Message("ack", msg.rid))
+        elif kind == "telemetry":  # read-only: any authenticated client may ask
+            self._tag += 1
+            self._telemetry_waiters[self._tag] = (identity, msg.rid)
+            self._forward(Message("telemetry", self._tag))
+        elif kind in CONTROLLER_KINDS:
+            if identity != self.controller:
+                self._reply(identity, error(msg.rid, "not_controller",
+                                            "this client does not control the robot: send hello"))  # fmt: skip
+                return
+            if kind == "act" and "action" not in msg.arrays:
+                self._reply(identity, error(msg.rid, "body", "act needs an 'action' array"))
+                return
+            self._forward(msg)
+        else:
+            self._reply(identity, error(msg.rid, "kind", f"{kind!r} is not a request"))
+
+    def _hello(self, identity: bytes, msg: Message) -> None:
+        session = str(msg.body.get("session", ""))
+        now = time.monotonic()
+        busy = (
+            self.controller is not None
+            and self.controller != identity
+            and session != self.session
+            and now - self.last_seen < self.peer_timeout_s
+        )
+        if busy:
+            self._reply(identity, error(msg.rid, "busy", "another client controls this robot "
+                                        f"(session {self.session}); it must say bye or time out"))  # fmt: skip
+            return
+        if self.controller is not None and self.controller != identity:
+            log.info("controller handover: session %s -> %s", self.session, session)
+        self.controller, self.session, self.last_seen = identity, session, now
+        log.info("client %s (session %s) controls the robot", msg.body.get("client"), session)
+        self._reply(identity, Message("welcome", msg.rid, protocol.finite_body(self.spec)))
+
+    def _forward(self, msg: Message) -> None:
+        self.counts["forwarded"] += 1
+        self.pair.send_multipart(encode(msg), copy=False)
+
+    def _on_control(self, frames: list[zmq.Frame]) -> None:
+        msg = decode([f.buffer for f in frames])
+        if msg.kind == "obs":
+            self._attach_frames(msg)
+            self.pub.send_multipart(encode(Message("state", msg.rid, msg.body,
+                                                   {"state": msg.arrays["state"]})), copy=False)  # fmt: skip
+        if msg.kind == "telemetry" and msg.rid in self._telemetry_waiters:
+            identity, rid = self._telemetry_waiters.pop(msg.rid)
+            msg.body.update(daemon=dict(self.counts), cameras=self._camera_stats())
+            self._reply(identity, Message("telemetry", rid, msg.body))
+            return
+        if self.controller is not None:
+            self.counts["replies"] += 1
+            self._reply(self.controller, msg)
+
+    def _attach_frames(self, msg: Message) -> None:
+        stale = []
+        for name, stream in self.cameras.items():
+            frame = stream.latest()
+            if frame is None or time.monotonic() - frame.stamp > self.frame_max_age_s:
+                stale.append(name)
+            if frame is None:
+                continue
+            if frame.jpeg is not None:
+                msg.arrays[f"jpeg/{name}"] = np.frombuffer(frame.jpeg, dtype=np.uint8)
+            else:
+                msg.arrays[f"image/{name}"] = frame.image
+            msg.body.setdefault("image_stamps", {})[name] = frame.stamp
+        if stale:
+            msg.body["stale_cameras"] = stale
+
+    def _camera_stats(self) -> dict[str, Any]:
+        return {name: protocol.finite_body(s.stats()) for name, s in self.cameras.items()}
+
+    def _on_monitor(self) -> None:
+        event = recv_monitor_message(self.monitor)
+        why = HANDSHAKE_FAILURES.get(event["event"])
+        if why:
+            self.counts["refused_peers"] += 1
+            log.warning("refused a connection on port %d: %s", self.port, why)
+
+    def _heartbeat(self) -> None:
+        if not self.proc.is_alive():
+            log.error("the control loop process died (exit code %s); stopping", self.proc.exitcode)
+            if self.controller is not None:
+                self._reply(self.controller, error(0, "backend", "the edge control loop died"))
+            self.running = False
+            return
+        if self.controller is None:
+            return
+        if time.monotonic() - self.last_seen > self.peer_timeout_s:
+            log.warning("controller silent for %.1f s: holding the robot", self.peer_timeout_s)
+            self._forward(Message("hold", 0))
+            self.controller = None  # the session may come back with hello
+            return
+        self._reply(self.controller, Message("pong", 0, {"edge_time": time.monotonic()}))
+
+    def stop(self) -> None:
+        self.running = False
+
+    def close(self) -> None:
+        proc = getattr(self, "proc", None)
+        if proc is not None and proc.is_alive():
+            try:
+                self.pair.send_multipart(encode(Message("bye", 0)))
+            except zmq.ZMQError:
+                pass
+            proc.join(5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(2)
+        for stream in self.cameras.values():
+            stream.stop()
+        for name in ("router", "pub", "pair", "monitor"):
+            sock = getattr(self, name, None)
+            if sock is not None:
+                sock.close(0)
+        self.auth.close()
+        if not self.ctx.closed:
+            self.ctx.term()
+        ipc = getattr(self, "_ipc_dir", None)
+        if ipc and os.path.isdir(ipc):
+            for f in os.listdir(ipc):
+                os.unlink(os.path.join(ipc, f))
+            os.rmdir(ipc)
+
+
+def _rid_of(payload: list[Any]) -> int:
+    """Best-effort request id of a rejected message, so the client can match the error."""
+    try:
+        rid = protocol.peek_header(payload[0]).get("id", 0)
+        return rid if isinstance(rid, int) and rid >= 0 else 0
+    except Exception:  # noqa: BLE001
+        return 0

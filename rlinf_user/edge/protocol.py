@@ -1,0 +1,174 @@
+"""The edge wire format: a msgpack header frame followed by raw array frames.
+
+A message is a ZMQ multipart message::
+
+    frame 0   msgpack map  {"v": PROTOCOL_VERSION, "k": kind, "id": request id,
+                            "b": body (msgpack-able map), "a": [[name, dtype, shape], ...]}
+    frame 1.. one raw C-contiguous buffer per entry of "a", in order
+
+Nothing is ever unpickled: the header is msgpack with ext types refused, arrays are
+rebuilt with ``numpy.frombuffer`` from a whitelisted dtype and a shape whose byte size must
+match the frame exactly. Every limit breach raises :class:`ProtocolError` naming it, so a
+malformed message is answered with an error and never reaches the robot.
+
+Kinds (cloud -> edge): ``hello``, ``reset``, ``act``, ``hold``, ``stop``, ``ping``,
+``telemetry``, ``bye``. (edge -> cloud): ``welcome``, ``obs``, ``ack``, ``pong``,
+``telemetry``, ``error``. The stream socket carries ``state`` and ``frame`` messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgpack
+import numpy as np
+
+PROTOCOL_VERSION = 1
+
+REQUESTS = ("hello", "reset", "act", "hold", "stop", "ping", "telemetry", "bye")
+REPLIES = ("welcome", "obs", "ack", "pong", "telemetry", "error")
+STREAMS = ("state", "frame")
+KINDS = frozenset(REQUESTS + REPLIES + STREAMS)
+
+DTYPES = frozenset({"uint8", "int32", "int64", "float32", "float64", "bool"})
+MAX_HEADER_BYTES = 64 * 1024
+MAX_ARRAYS = 16
+MAX_NDIM = 4
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024  # a whole message; a 640x480 RGB frame is 0.9 MB
+
+
+class ProtocolError(ValueError):
+    """A message that breaks the wire format; ``code`` is a stable short name."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class VersionError(ProtocolError):
+    def __init__(self, got: Any):
+        super().__init__(
+            "version",
+            f"protocol version {got!r} is not supported (this side speaks {PROTOCOL_VERSION}); "
+            "install the same rlinf-user version on the robot PC and the training machine",
+        )
+
+
+@dataclasses.dataclass
+class Message:
+    kind: str
+    rid: int = 0
+    body: dict[str, Any] = dataclasses.field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+
+def encode(msg: Message) -> list[Any]:
+    """Message -> list of frames (bytes header + zero-copy array buffers)."""
+    if msg.kind not in KINDS:
+        raise ProtocolError("kind", f"unknown message kind {msg.kind!r}")
+    if len(msg.arrays) > MAX_ARRAYS:
+        raise ProtocolError("arrays", f"{len(msg.arrays)} arrays > limit {MAX_ARRAYS}")
+    specs, buffers = [], []
+    for name, value in msg.arrays.items():
+        arr = np.ascontiguousarray(value)
+        if arr.dtype.name not in DTYPES:
+            raise ProtocolError("dtype", f"array {name!r}: dtype {arr.dtype} not allowed")
+        specs.append([name, arr.dtype.name, list(arr.shape)])
+        buffers.append(memoryview(arr).cast("B") if arr.size else b"")
+    header = msgpack.packb(
+        {"v": PROTOCOL_VERSION, "k": msg.kind, "id": int(msg.rid), "b": msg.body, "a": specs},
+        use_bin_type=True,
+    )
+    if len(header) > MAX_HEADER_BYTES:
+        raise ProtocolError("header", f"header of {len(header)} bytes > {MAX_HEADER_BYTES}")
+    return [header, *buffers]
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ProtocolError("header", f"msgpack extension type {code} is not allowed")
+
+
+def peek_header(frame: bytes | memoryview) -> dict[str, Any]:
+    """Unpack and sanity-check a header frame (no arrays)."""
+    if len(frame) > MAX_HEADER_BYTES:
+        raise ProtocolError("header", f"header of {len(frame)} bytes > {MAX_HEADER_BYTES}")
+    try:
+        header = msgpack.unpackb(bytes(frame), raw=False, strict_map_key=True, ext_hook=_refuse_ext)
+    except ProtocolError:
+        raise
+    except Exception as err:  # noqa: BLE001 - msgpack raises several unrelated types
+        raise ProtocolError("header", f"header is not valid msgpack: {err}") from err
+    if not isinstance(header, dict):
+        raise ProtocolError("header", "header must be a msgpack map")
+    return header
+
+
+def decode(frames: Sequence[Any], max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
+    """Frames -> Message, validating version, kind, sizes, dtypes and shapes."""
+    if not frames:
+        raise ProtocolError("empty", "empty message")
+    total = sum(len(f) for f in frames)
+    if total > max_bytes:
+        raise ProtocolError("size", f"message of {total} bytes exceeds the limit {max_bytes}")
+    header = peek_header(frames[0])
+    if header.get("v") != PROTOCOL_VERSION:
+        raise VersionError(header.get("v"))
+    kind, rid, body, specs = header.get("k"), header.get("id", 0), header.get("b", {}), header.get("a", [])
+    if kind not in KINDS:
+        raise ProtocolError("kind", f"unknown message kind {kind!r}")
+    if not isinstance(rid, int) or isinstance(rid, bool) or rid < 0:
+        raise ProtocolError("id", f"request id must be a non-negative int, got {rid!r}")
+    if not isinstance(body, dict):
+        raise ProtocolError("body", "body must be a map")
+    if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
+        raise ProtocolError("arrays", "array table must be a list of at most "
+                            f"{MAX_ARRAYS} entries")  # fmt: skip
+    if len(specs) != len(frames) - 1:
+        raise ProtocolError(
+            "frames", f"header announces {len(specs)} arrays but {len(frames) - 1} frames follow"
+        )
+    arrays: dict[str, np.ndarray] = {}
+    for spec, frame in zip(specs, frames[1:]):
+        arrays.update([_array(spec, frame)])
+    return Message(kind, rid, body, arrays)
+
+
+def _array(spec: Any, frame: Any) -> tuple[str, np.ndarray]:
+    if not (isinstance(spec, list) and len(spec) == 3):
+        raise ProtocolError("arrays", f"bad array spec {spec!r}")
+    name, dtype, shape = spec
+    if not isinstance(name, str) or dtype not in DTYPES:
+        raise ProtocolError("dtype", f"array {name!r}: dtype {dtype!r} not allowed")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_NDIM
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+    ):
+        raise ProtocolError("shape", f"array {name!r}: bad shape {shape!r}")
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes != len(frame):
+        raise ProtocolError(
+            "shape", f"array {name!r}: {dtype}{shape} needs {nbytes} bytes, frame has {len(frame)}"
+        )
+    return name, np.frombuffer(frame, dtype=dtype).reshape(shape)
+
+
+def finite_body(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Make a body msgpack-safe: numpy scalars -> Python, arrays -> lists."""
+    out: dict[str, Any] = {}
+    for key, value in body.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        elif isinstance(value, np.ndarray):
+            value = value.tolist()
+        elif isinstance(value, Mapping):
+            value = finite_body(value)
+        out[str(key)] = value
+    return out
+
+
+def error(rid: int, code: str, message: str) -> Message:
+    return Message("error", rid, {"code": code, "message": message})

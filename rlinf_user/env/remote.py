@@ -1,0 +1,174 @@
+"""A robot (or served simulator) behind the edge daemon, as a contract env.
+
+``step`` sends one action and returns the observation the daemon takes at the next
+control tick, so a step lasts one control period: the robot sets the pace. Reward and
+success come from the training-side task (:mod:`rlinf_user.env.tasks`).
+
+Network drops: a step that gets no reply in ``edge.timeout_s`` ends the episode as
+*truncated* with ``info["edge_lost"] = True`` and the last good observation, so the
+transitions collected so far stay valid; the next ``reset`` reconnects (retrying for
+``edge.reconnect_s``) before homing the robot. The daemon holds the robot meanwhile.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from typing import Any
+
+import numpy as np
+from gymnasium.envs.registration import EnvSpec
+
+from rlinf_user.edge.client import EdgeClient, EdgeRefused, EdgeTimeout
+from rlinf_user.edge.protocol import Message
+from rlinf_user.env.base import ContractEnv
+from rlinf_user.env.contract import ActionSpec, make_observation
+from rlinf_user.env.tasks import make_task
+
+log = logging.getLogger(__name__)
+
+
+class EdgeUnavailableError(RuntimeError):
+    pass
+
+
+def _decode_jpeg(buf: np.ndarray) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(buf.tobytes())).convert("RGB"))
+
+
+class RemoteRobotEnv(ContractEnv):
+    def __init__(self, client: EdgeClient, task: str, task_options: dict[str, Any],
+                 cameras: list[str], max_episode_steps: int, seed: int | None = None,
+                 hello_timeout_s: float = 10.0, reconnect_s: float = 60.0):  # fmt: skip
+        self.client = client
+        self.reconnect_s = reconnect_s
+        self.max_episode_steps = int(max_episode_steps)
+        self._rng = np.random.default_rng(seed)
+        try:
+            spec = client.hello(timeout_s=hello_timeout_s)
+        except EdgeTimeout as err:
+            client.close(say_bye=False)
+            raise EdgeUnavailableError(
+                f"no edge daemon answered at {client.host}:{client.port} within "
+                f"{hello_timeout_s:.0f} s: is `rlinf-user edge` running on the robot PC, and are "
+                "env.edge.host/port right?"
+            ) from err
+        except Exception:
+            client.close(say_bye=False)
+            raise
+        self.edge_spec = spec
+        # a physical robot (and a served sim on the wall clock) stamps real capture times:
+        # the same seed and actions never give bit-identical observations
+        self.spec = EnvSpec("rlinf-user/EdgeRobot-v0", nondeterministic=True,
+                            max_episode_steps=self.max_episode_steps)  # fmt: skip
+        self.task = make_task(task, spec, task_options)
+        available = dict(spec.get("cameras") or {})
+        missing = [c for c in cameras if c not in available]
+        if missing:
+            client.close()
+            raise ValueError(f"edge has no camera(s) {missing}; it serves {sorted(available)}")
+        self.camera_names = list(cameras)
+        a = spec["action"]
+        self.action_spec = ActionSpec(a["frame"], a["max_translation"], a["max_rotation"],
+                                      tuple(bool(x) for x in a["active"]))  # fmt: skip
+        self.period = 1.0 / float(spec["control_hz"])
+        self.step_timeout_s = max(client.timeout_s, 5 * self.period)
+        self._init_spaces(int(spec["state_dim"]) + self.task.extra_dim,
+                          {c: tuple(available[c]) for c in self.camera_names})  # fmt: skip
+        self._lost = False
+        self._last_obs: dict[str, Any] | None = None
+
+    @classmethod
+    def from_config(cls, cfg, seed=None):
+        edge = cfg.edge
+        if edge is None:
+            raise ValueError("a robot env needs env.edge (host, port)")
+        client = EdgeClient(
+            edge.host, int(edge.port),
+            server_public_key=edge.server_public_key, client_secret_key=edge.client_secret_key,
+            timeout_s=float(edge.timeout_s), heartbeat_s=float(edge.heartbeat_s),
+        )  # fmt: skip
+        return cls(client, cfg.task, dict(cfg.kwargs or {}), list(cfg.cameras),
+                   cfg.max_episode_steps, seed, float(edge.hello_timeout_s),
+                   float(edge.reconnect_s))  # fmt: skip
+
+    @classmethod
+    def validate_config(cls, env_cfg) -> None:
+        if env_cfg.task not in ("reach", "edge"):
+            raise ValueError(f"robot task {env_cfg.task!r} unknown; available: reach, edge")
+
+    # -- contract ------------------------------------------------------------------
+    def _obs(self, msg: Message) -> dict[str, Any]:
+        state = np.asarray(msg.arrays["state"], dtype=np.float32)
+        images, stamps = {}, dict(msg.body.get("image_stamps") or {})
+        for name in self.camera_names:
+            if f"image/{name}" in msg.arrays:
+                images[name] = np.array(msg.arrays[f"image/{name}"])
+            elif f"jpeg/{name}" in msg.arrays:
+                images[name] = _decode_jpeg(msg.arrays[f"jpeg/{name}"])
+            else:
+                raise EdgeRefused("camera", f"camera {name!r} sent no frame")
+        return make_observation(self.task.observe(state), images, float(msg.body["stamp"]), stamps)
+
+    def _reconnect(self) -> None:
+        deadline = time.monotonic() + self.reconnect_s
+        attempt = 0
+        while True:
+            attempt += 1
+            self.client.reconnect()
+            try:
+                self.client.hello(timeout_s=min(2.0, self.reconnect_s))
+                log.info("reconnected to the edge daemon (attempt %d)", attempt)
+                self._lost = False
+                return
+            except EdgeTimeout:
+                if time.monotonic() > deadline:
+                    raise EdgeUnavailableError(
+                        f"the edge daemon at {self.client.host}:{self.client.port} stayed "
+                        f"unreachable for {self.reconnect_s:.0f} s"
+                    ) from None
+                log.warning("edge unreachable, retrying (attempt %d)", attempt)
+
+    def _reset(self, seed):
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        if self._lost:
+            self._reconnect()
+        try:
+            msg = self.client.reset(seed)
+        except EdgeTimeout:
+            self._lost = True
+            raise
+        except EdgeRefused as err:
+            if err.code != "not_controller":
+                raise
+            self.client.hello()
+            msg = self.client.reset(seed)
+        self.task.reset(self._rng, msg.arrays["state"])
+        self._last_obs = self._obs(msg)
+        return self._last_obs, {"success": False}
+
+    def _step(self, action):
+        try:
+            msg = self.client.act(action, timeout_s=self.step_timeout_s)
+        except (EdgeTimeout, EdgeRefused) as err:
+            if isinstance(err, EdgeRefused) and err.code not in ("not_controller", "backend"):
+                raise
+            log.warning("edge lost mid-episode (%s): truncating the episode", err)
+            self._lost = True
+            return self._last_obs, 0.0, False, {"success": False, "edge_lost": True, "truncate": True}
+        reward, terminated, success = self.task.evaluate(msg.arrays["state"], msg.body)
+        self._last_obs = self._obs(msg)
+        info = {"success": success, "edge_tick": msg.body.get("tick")}
+        if msg.body.get("breaches"):
+            info["safety"] = list(msg.body["breaches"])
+        return self._last_obs, reward, terminated, info
+
+    def telemetry(self) -> dict[str, Any]:
+        return self.client.telemetry()
+
+    def close(self):
+        self.client.close()

@@ -1,0 +1,1 @@
+"""Franka Panda / FR3 driver on franky, grippers."""

@@ -1,0 +1,150 @@
+"""Helpers for edge tests: free ports, a daemon in its own process, a cuttable TCP link.
+
+No test is defined here. The daemon runs as ``rlinf-user edge`` in a subprocess, the way a
+robot PC runs it; the TCP proxy sits on the link between client and daemon so a test can
+cut the network and restore it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def free_ports(n: int = 2) -> int:
+    """A base port with ``n`` consecutive free ports (daemon uses port and port+1)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as t:
+                try:
+                    t.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port pair")
+
+
+def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"edge daemon exited with {proc.returncode}:\n{proc.stdout.read()}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on {port} after {timeout} s")
+
+
+class EdgeProcess:
+    """``rlinf-user edge <args>`` in a subprocess; ``log()`` returns what it printed."""
+
+    def __init__(self, args: list[str], port: int, log_path: Path, ready_port: int | None = None):
+        env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), COLUMNS="200")
+        self.log_path = log_path
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rlinf_user.cli.main", "edge", *args, f"port={port}"],
+            stdout=self._log, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+        self.port = port
+        self._wait_ready(ready_port or port)
+
+    def _wait_ready(self, port: int, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"edge daemon exited {self.proc.returncode}:\n{self.log()}")
+            if "edge daemon serving" in self.log():
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"edge daemon not ready after {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+
+class TcpLink:
+    """A TCP relay ``listen_port -> target_port`` whose connections can be cut."""
+
+    def __init__(self, listen_port: int, target_port: int):
+        self.listen_port, self.target_port = listen_port, target_port
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._server: socket.socket | None = None
+        self.up()
+
+    def up(self) -> None:
+        srv = socket.socket()
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", self.listen_port))
+        srv.listen(8)
+        self._server = srv
+        threading.Thread(target=self._accept, args=(srv,), daemon=True).start()
+
+    def _accept(self, srv: socket.socket) -> None:
+        while True:
+            try:
+                a, _ = srv.accept()
+            except OSError:
+                return
+            b = socket.create_connection(("127.0.0.1", self.target_port))
+            with self._lock:
+                self._conns += [a, b]
+            for src, dst in ((a, b), (b, a)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        """Drop every connection and refuse new ones (a pulled cable)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        with self._lock:
+            for s in self._conns:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+            self._conns.clear()
+
+    def close(self) -> None:
+        self.cut()

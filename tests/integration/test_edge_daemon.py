@@ -1,0 +1,273 @@
+"""The edge daemon serving a simulator, driven over real ZMQ from other processes.
+
+The daemon runs as ``rlinf-user edge --sim gym_hil`` in its own process with CURVE keys,
+exactly as on a robot PC; clients are the real :class:`EdgeClient` / remote env or raw
+ZMQ sockets sending hand-made bad messages. Whatever is refused must not reach the
+control loop: the loop's ``applied`` counter is checked after each refusal.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+pytest.importorskip("gym_hil")
+
+from contract_checks import (  # noqa: E402
+    check_bad_actions_refused,
+    check_clipping,
+    check_rollout,
+    check_translation,
+    check_truncation,
+    gym_check_env,
+)
+from edge_helpers import EdgeProcess, TcpLink, free_ports  # noqa: E402
+
+from rlinf_user.edge.client import EdgeClient, EdgeRefused  # noqa: E402
+from rlinf_user.edge.protocol import Message, encode  # noqa: E402
+from rlinf_user.edge.security import AuthError, keygen  # noqa: E402
+from rlinf_user.env.remote import RemoteRobotEnv  # noqa: E402
+
+HZ = 50.0
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    return keygen(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture(scope="module")
+def edge(keys, tmp_path_factory):
+    port = free_ports(2)
+    proc = EdgeProcess(
+        ["--sim", "gym_hil", f"control_hz={HZ}", f"secret_key={keys['edge_secret']}",
+         f"authorized_keys={keys['authorized']}", "max_message_bytes=1000000",
+         "peer_timeout_s=1.0"],
+        port, tmp_path_factory.mktemp("edge") / "edge.log",
+    )  # fmt: skip
+    yield proc
+    proc.close()
+
+
+def client(edge, keys, **kw) -> EdgeClient:
+    return EdgeClient("127.0.0.1", edge.port, server_public_key=str(keys["edge_public"]),
+                      client_secret_key=str(keys["client_secret"]), timeout_s=3.0, **kw)  # fmt: skip
+
+
+def telemetry(edge, keys) -> dict:
+    c = client(edge, keys)
+    try:
+        return c.telemetry()
+    finally:
+        c.close(say_bye=False)
+
+
+def remote_env(edge, keys, port=None, **kw) -> RemoteRobotEnv:
+    c = EdgeClient("127.0.0.1", port or edge.port, server_public_key=str(keys["edge_public"]),
+                   client_secret_key=str(keys["client_secret"]), timeout_s=kw.pop("timeout_s", 3.0))  # fmt: skip
+    return RemoteRobotEnv(c, "edge", {}, [], kw.pop("max_episode_steps", 10), seed=0, **kw)
+
+
+def test_served_sim_passes_the_env_contract_over_the_wire(edge, keys):
+    env = remote_env(edge, keys)
+    try:
+        assert env.edge_spec["kind"] == "sim" and env.edge_spec["control_hz"] == HZ
+        gym_check_env(env)
+        check_rollout(env, steps=23)
+        check_bad_actions_refused(env)
+        check_clipping(env)
+        check_truncation(env)
+        check_translation(env, lambda e: e._last_obs["state"][15:18])
+    finally:
+        env.close()
+
+
+def test_a_step_lasts_one_control_period(edge, keys):
+    env = remote_env(edge, keys, max_episode_steps=30)
+    try:
+        env.reset(seed=0)
+        t0 = time.monotonic()
+        for _ in range(25):
+            env.step(np.zeros(7, np.float32))
+        per_step = (time.monotonic() - t0) / 25
+        assert 0.8 / HZ < per_step < 1.5 / HZ, per_step
+    finally:
+        env.close()
+
+
+def _raw(edge, keys, frames_list):
+    """Send raw multipart messages through an authenticated socket; collect replies."""
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.linger = 0
+    s.curve_serverkey = zmq.auth.load_certificate(str(keys["edge_public"]))[0]
+    s.curve_publickey, s.curve_secretkey = zmq.auth.load_certificate(str(keys["client_secret"]))
+    s.connect(f"tcp://127.0.0.1:{edge.port}")
+    replies = []
+    for frames in frames_list:
+        s.send_multipart(frames)
+        assert s.poll(5000), "no reply to a bad message"
+        replies.append(msgpack.unpackb(s.recv_multipart()[0]))
+    s.close()
+    return replies
+
+
+def _applied(edge, keys) -> int:
+    return telemetry(edge, keys)["applied"]
+
+
+def test_bad_messages_are_answered_and_never_reach_the_robot(edge, keys):
+    c = client(edge, keys)
+    c.hello()
+    c.reset(seed=0)
+    before = _applied(edge, keys)
+    nan = encode(Message("act", 5, {}, {"action": np.full(7, np.nan, np.float32)}))
+    bad = [
+        [msgpack.packb({"v": 99, "k": "act", "id": 1, "b": {}, "a": []})],  # wrong version
+        [b"\x93\x01\x02"],  # not a map
+        [msgpack.packb({"v": 1, "k": "act", "id": 2, "b": {}, "a": [["action", "float32", [7]]]}), b"\0" * 5],
+        [msgpack.packb({"v": 1, "k": "act", "id": 3, "b": {}, "a": [["action", "uint8", [2_000_000]]]}),
+         b"\0" * 2_000_000],  # oversized (daemon limit 1 MB)
+        [bytes(f) for f in encode(Message("act", 4))],  # no action array
+    ]  # fmt: skip
+    codes = [r["b"]["code"] for r in _raw(edge, keys, bad)]
+    assert codes == ["version", "header", "shape", "size", "not_controller"]
+    with pytest.raises(EdgeRefused) as err:  # the controller's own NaN action
+        c.wait(c.send("act", arrays={"action": np.full(7, np.nan, np.float32)}))
+    assert err.value.code == "unsafe"
+    with pytest.raises(EdgeRefused) as err:
+        c.act(np.array([0.0, 0.0, np.inf, 0, 0, 0, 0]))
+    assert err.value.code == "unsafe"
+    t = telemetry(edge, keys)
+    assert t["applied"] == before, "a refused message reached the robot"
+    assert t["daemon"]["rejected"] >= 4 and t["safety"]["refused"] >= 2
+    del nan
+    c.close()
+
+
+def test_unauthenticated_and_unknown_keys_are_refused_on_both_sides(edge, keys, tmp_path):
+    before = telemetry(edge, keys)["daemon"]["refused_peers"]
+    with pytest.raises(AuthError, match="refused this client"):
+        EdgeClient("127.0.0.1", edge.port, timeout_s=1.0).hello(timeout_s=1.5)
+    stranger = keygen(tmp_path / "other")  # a valid key pair the daemon never authorized
+    with pytest.raises(AuthError, match="refused this client"):
+        EdgeClient("127.0.0.1", edge.port, server_public_key=str(keys["edge_public"]),
+                   client_secret_key=str(stranger["client_secret"])).hello(timeout_s=1.5)  # fmt: skip
+    time.sleep(0.3)
+    assert telemetry(edge, keys)["daemon"]["refused_peers"] >= before + 2
+    assert "refused a connection" in edge.log()
+
+
+def test_a_second_client_is_refused_while_one_controls(edge, keys):
+    a, b = client(edge, keys), client(edge, keys)
+    a.hello()
+    with pytest.raises(EdgeRefused) as err:
+        b.hello()
+    assert err.value.code == "busy"
+    a.close()  # says bye: the robot is free
+    time.sleep(0.1)
+    b.hello()
+    b.close()
+
+
+def test_stop_refuses_actions_until_reset(edge, keys):
+    c = client(edge, keys)
+    c.hello()
+    c.reset(seed=0)
+    c.act(np.zeros(7))
+    assert c.request("stop").body["stopped"]
+    with pytest.raises(EdgeRefused, match="stopped"):
+        c.act(np.zeros(7))
+    c.reset(seed=0)
+    c.act(np.zeros(7))
+    c.close()
+
+
+KILLED_CLIENT = textwrap.dedent(
+    """
+    import sys, numpy as np
+    from rlinf_user.edge.client import EdgeClient
+    c = EdgeClient("127.0.0.1", int(sys.argv[1]), server_public_key=sys.argv[2],
+                   client_secret_key=sys.argv[3])
+    c.hello(); c.reset(seed=0)
+    print("acting", flush=True)
+    while True:
+        c.act(np.array([0.3, 0, 0, 0, 0, 0, 0]))
+    """
+)
+
+
+def test_killed_client_mid_episode_robot_holds_within_two_periods(edge, keys):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CLIENT, str(edge.port), str(keys["edge_public"]),
+         str(keys["client_secret"])], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout.readline().strip() == "acting"
+    before = telemetry(edge, keys)["watchdog_holds"]
+    time.sleep(0.3)
+    proc.kill()  # SIGKILL: no bye, no clean close
+    proc.wait()
+    time.sleep(5 / HZ + 0.2)
+    t = telemetry(edge, keys)
+    assert t["watchdog_holds"] == before + 1
+    assert t["last_hold"]["idle_periods"] == 2
+    assert t["last_hold"]["after_s"] <= 2 / HZ + 0.005, t["last_hold"]
+    time.sleep(1.2)  # peer timeout: the robot is free for the next client
+    c = client(edge, keys)
+    c.hello()
+    c.close()
+
+
+def test_network_drop_truncates_the_episode_keeps_data_and_reconnects(edge, keys):
+    link_port = free_ports(1)
+    link = TcpLink(link_port, edge.port)
+    env = remote_env(edge, keys, port=link_port, timeout_s=0.5, max_episode_steps=50, reconnect_s=20)
+    try:
+        obs, _ = env.reset(seed=1)
+        kept = []
+        for _ in range(5):
+            obs, r, te, tr, info = env.step(np.zeros(7, np.float32))
+            kept.append(obs["state"].copy())
+            assert not tr
+        link.cut()
+        obs, r, te, tr, info = env.step(np.zeros(7, np.float32))
+        assert tr and not te and info["edge_lost"]
+        np.testing.assert_array_equal(obs["state"], kept[-1])  # last good observation
+        link.up()
+        obs, _ = env.reset(seed=2)  # reconnects, takes control again with its session
+        for _ in range(3):
+            _, _, _, tr, info = env.step(np.zeros(7, np.float32))
+            assert not tr and "edge_lost" not in info
+    finally:
+        env.close()
+        link.close()
+
+
+def test_state_stream_delivers_latest_values(edge, keys):
+    ctx = zmq.Context.instance()
+    sub = ctx.socket(zmq.SUB)
+    sub.linger = 0
+    sub.curve_serverkey = zmq.auth.load_certificate(str(keys["edge_public"]))[0]
+    sub.curve_publickey, sub.curve_secretkey = zmq.auth.load_certificate(str(keys["client_secret"]))
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(f"tcp://127.0.0.1:{edge.port + 1}")
+    time.sleep(0.3)
+    c = client(edge, keys)
+    c.hello()
+    c.reset(seed=0)
+    for _ in range(5):
+        c.act(np.zeros(7))
+    assert sub.poll(2000)
+    from rlinf_user.edge.protocol import decode
+
+    msg = decode(sub.recv_multipart())
+    assert msg.kind == "state" and msg.arrays["state"].shape == (21,)
+    c.close()
+    sub.close()

@@ -1,0 +1,76 @@
+"""Edge safety filter: refusals, clipping, workspace box, tilt limit, gripper hysteresis."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+from rlinf_user.edge.arm import ArmState
+from rlinf_user.edge.safety import SafetyConfig, SafetyFilter, UnsafeCommand
+
+DOWN = Rotation.from_euler("x", np.pi).as_quat()  # tool pointing down
+
+
+def state(pos=(0.5, 0.0, 0.3), quat=DOWN):
+    return ArmState(0.0, np.array(pos, float), np.array(quat, float), np.zeros(6), np.zeros(7), 0.0)
+
+
+def make(**kw):
+    f = SafetyFilter(SafetyConfig(**kw))
+    f.set_home(DOWN)
+    return f
+
+
+@pytest.mark.parametrize("bad", [[np.nan] * 7, [0, 0, np.inf, 0, 0, 0, 0], [0.1] * 6, "left", None])
+def test_non_finite_or_malformed_actions_are_refused(bad):
+    f = make()
+    with pytest.raises(UnsafeCommand):
+        f.command(bad, state())
+    assert f.counts["refused"] == 1
+
+
+def test_translation_is_scaled_from_the_measured_pose():
+    f = make(max_translation=0.02)
+    cmd, breaches = f.command([1, -0.5, 0, 0, 0, 0, 0], state())
+    np.testing.assert_allclose(cmd.tcp_position, [0.52, -0.01, 0.3])
+    assert breaches == []
+    assert Rotation.from_quat(cmd.tcp_quaternion).approx_equal(Rotation.from_quat(DOWN), atol=1e-9)
+
+
+def test_out_of_range_values_are_clipped_and_logged():
+    f = make(max_translation=0.02)
+    cmd, breaches = f.command([5, 0, 0, 0, 0, 0, 0], state())
+    np.testing.assert_allclose(cmd.tcp_position, [0.52, 0.0, 0.3])
+    assert [b.kind for b in breaches] == ["clip"] and "5.0" in breaches[0].detail
+
+
+def test_workspace_box_clips_targets_and_reports_the_offending_command():
+    f = make(workspace_low=(0.3, -0.2, 0.05), workspace_high=(0.6, 0.2, 0.5), max_translation=0.05)
+    cmd, breaches = f.command([0, 0, -1, 0, 0, 0, 0], state(pos=(0.5, 0.0, 0.07)))
+    assert cmd.tcp_position[2] == pytest.approx(0.05)
+    assert breaches[0].kind == "workspace" and "action" in breaches[0].detail
+    assert f.counts["workspace"] == 1
+
+
+def test_rotation_is_about_base_axes_and_tilt_is_limited():
+    f = make(max_rotation=0.1, max_tilt=0.15)
+    cmd, _ = f.command([0, 0, 0, 0, 0, 1, 0], state())
+    rel = Rotation.from_quat(cmd.tcp_quaternion) * Rotation.from_quat(DOWN).inv()
+    np.testing.assert_allclose(rel.as_rotvec(), [0, 0, 0.1], atol=1e-9)
+    tilted = (Rotation.from_rotvec([0.12, 0, 0]) * Rotation.from_quat(DOWN)).as_quat()
+    cmd, breaches = f.command([1, 0, 0, 1, 0, 0, 0], state(quat=tilted))
+    angle = (Rotation.from_quat(DOWN).inv() * Rotation.from_quat(cmd.tcp_quaternion)).magnitude()
+    assert angle == pytest.approx(0.15) and breaches[-1].kind == "tilt"
+
+
+def test_gripper_has_hysteresis():
+    f = make(gripper_threshold=0.5)
+    seq = [0.9, 0.3, -0.3, -0.9, 0.4, 0.6]
+    closed = [f.command([0, 0, 0, 0, 0, 0, g], state())[0].gripper_closed for g in seq]
+    assert closed == [True, True, True, False, False, True]
+
+
+def test_bad_workspace_config_is_refused():
+    with pytest.raises(ValueError, match="workspace"):
+        SafetyConfig(workspace_low=(0, 0, 1), workspace_high=(1, 1, 0))
