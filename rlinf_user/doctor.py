@@ -14,7 +14,7 @@ from dataclasses import dataclass
 @dataclass
 class Check:
     name: str
-    status: str  # ok | missing | warn | error
+    status: str  # ok | missing | warn | error (environment); ok | warn | fail (robot PC)
     detail: str
     fix: str = ""
 
@@ -69,16 +69,6 @@ def check_pyzed() -> Check:
                      "install the ZED SDK from Stereolabs, then its get_python_api.py")
 
 
-def check_realtime_kernel() -> Check:
-    rt = os.path.exists("/sys/kernel/realtime") and open("/sys/kernel/realtime").read().strip() == "1"
-    ver = platform.uname().version
-    if rt or "PREEMPT_RT" in ver:
-        return Check("real-time kernel", "ok", platform.release())
-    return Check("real-time kernel", "warn", f"{platform.release()} is not PREEMPT_RT",
-                 "a real Franka needs a PREEMPT_RT kernel on the robot PC (franky docs); "
-                 "simulation does not")
-
-
 def check_ffmpeg() -> Check:
     try:
         import imageio_ffmpeg
@@ -110,7 +100,9 @@ def robosuite_env_check() -> Check:
                  "bash scripts/install_robosuite_env.sh")
 
 
-def run_checks(robot: str | None = None) -> list[Check]:
+def run_checks() -> list[Check]:
+    """Versions, devices, simulators and drivers of this machine (robot PC checks:
+    :func:`run_robot_checks`)."""
     checks = [
         Check("python", "ok", platform.python_version()),
         check_torch(),
@@ -132,6 +124,9 @@ def run_checks(robot: str | None = None) -> list[Check]:
         _package("pyrealsense2", "pyrealsense2", "pip install -e '.[realsense]' (and apt libusb-1.0-0)"),
         check_pyzed(),
     ]
-    if robot == "franka":
-        checks.append(check_realtime_kernel())
     return checks
+
+
+def has_failures(checks: list[Check]) -> bool:
+    """Whether any check failed (the CLI exits non-zero then)."""
+    return any(c.status in ("fail", "error") for c in checks)

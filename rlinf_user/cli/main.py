@@ -58,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     edge.add_argument("--duration", type=float, default=None, help="serve this many seconds, then exit")
 
     doc = sub.add_parser("doctor", help="check versions, devices, simulators and drivers; say how to fix")
-    doc.add_argument("--robot", metavar="NAME", help="also check a robot's dependencies (franka)")
+    doc.add_argument("--robot", metavar="NAME", help="also check the robot PC: robot link, versions, "
+                     "real-time, cameras, keys (franka)")
+    doc.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                     help="edge config overrides for --robot, e.g. robot.ip=172.16.0.2")
     return parser
 
 

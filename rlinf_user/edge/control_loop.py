@@ -96,6 +96,8 @@ class ControlLoop:
         self.last_action_tick = 0
         self.last_action_time = time.monotonic()
         self.last_hold: dict[str, Any] | None = None
+        self.episode_ticks = 0  # ticks inside episodes (resets excluded)
+        self.acted_ticks = 0  # ... of which ended a period in which a policy action ran
         self.running = True
 
     # -- messages ------------------------------------------------------------------
@@ -189,14 +191,18 @@ class ControlLoop:
     def _on_tick(self) -> None:
         if not self.in_episode:
             return
+        self.episode_ticks += 1
         t = self.backend.observe()
         if self.pending_rid is not None:
+            self.acted_ticks += 1
             extra = {"tick": self.tick, "breaches": self.pending_breaches}
             self._send(tick_message("obs", self.pending_rid, t, extra))
             self.pending_rid = None
             if self.queued is not None:
                 queued, self.queued = self.queued, None
                 self._apply(queued)
+        else:  # nobody is owed a reply: still stream the state (latest-value stream)
+            self._send(tick_message("state", 0, t, {"tick": self.tick, "holding": self.holding}))
         idle = self.tick - self.last_action_tick
         if not self.holding and not self.stopped and idle >= self.watchdog_periods:
             self.backend.hold()
@@ -235,6 +241,8 @@ class ControlLoop:
             "hz": 1.0 / self.period,
             "applied": self.applied,
             "deferred": self.deferred,
+            "duty_cycle": self.acted_ticks / self.episode_ticks if self.episode_ticks else None,
+            "episode_ticks": self.episode_ticks,
             "watchdog_holds": self.holds,
             "last_hold": self.last_hold,
             "holding": self.holding,

@@ -210,6 +210,10 @@ class EdgeDaemon:
 
     def _on_control(self, frames: list[zmq.Frame]) -> None:
         msg = decode([f.buffer for f in frames])
+        if msg.kind == "state":  # a tick nobody asked for: stream only
+            self.pub.send_multipart(encode(Message("state", 0, msg.body,
+                                                   {"state": msg.arrays["state"]})), copy=False)  # fmt: skip
+            return
         if msg.kind == "obs":
             self._attach_frames(msg)
             self.pub.send_multipart(encode(Message("state", msg.rid, msg.body,

@@ -72,8 +72,10 @@ class RemoteRobotEnv(ContractEnv):
             raise ValueError(f"edge has no camera(s) {missing}; it serves {sorted(available)}")
         self.camera_names = list(cameras)
         a = spec["action"]
-        self.action_spec = ActionSpec(a["frame"], a["max_translation"], a["max_rotation"],
-                                      tuple(bool(x) for x in a["active"]))  # fmt: skip
+        active = tuple(bool(x) for x in a["active"])
+        if self.task.active is not None:
+            active = tuple(x and y for x, y in zip(active, self.task.active))
+        self.action_spec = ActionSpec(a["frame"], a["max_translation"], a["max_rotation"], active)
         self.period = 1.0 / float(spec["control_hz"])
         self.step_timeout_s = max(client.timeout_s, 5 * self.period)
         self._init_spaces(int(spec["state_dim"]) + self.task.extra_dim,
@@ -165,6 +167,8 @@ class RemoteRobotEnv(ContractEnv):
         info = {"success": success, "edge_tick": msg.body.get("tick")}
         if msg.body.get("breaches"):
             info["safety"] = list(msg.body["breaches"])
+        if msg.body.get("stale_cameras"):  # frames older than the edge's frame_max_age_s
+            info["stale_cameras"] = list(msg.body["stale_cameras"])
         return self._last_obs, reward, terminated, info
 
     def telemetry(self) -> dict[str, Any]:

@@ -16,6 +16,8 @@ import numpy as np
 
 class Task:
     extra_dim = 0  # floats appended to the robot state
+    # action dims the task uses (None: all the robot offers); the policy acts on these only
+    active: tuple[bool, ...] | None = None
 
     def reset(self, rng: np.random.Generator, state: np.ndarray) -> None:
         pass
@@ -54,6 +56,8 @@ class ReachTask(Task):
     radius: float = 0.02
     scale: float = 0.1
 
+    translate_only: bool = True
+
     extra_dim = 3
 
     def __post_init__(self) -> None:
@@ -62,6 +66,8 @@ class ReachTask(Task):
         if self.low.shape != (3,) or self.high.shape != (3,) or np.any(self.low > self.high):
             raise ValueError("reach goal box needs 3 lows <= 3 highs")
         self.goal = (self.low + self.high) / 2
+        if self.translate_only:
+            self.active = (True, True, True, False, False, False, False)
 
     def tcp(self, state: np.ndarray) -> np.ndarray:
         return np.asarray(state[self.tcp_index : self.tcp_index + 3], dtype=np.float64)
@@ -85,6 +91,6 @@ def make_task(name: str, spec: dict[str, Any], options: dict[str, Any]) -> Task:
         names = list(spec.get("state_names") or [])
         if "tcp_x" not in names:
             raise ValueError("task 'reach' needs a robot whose state has tcp_x/y/z (an arm)")
-        keys = ("goal_low", "goal_high", "radius", "scale")
+        keys = ("goal_low", "goal_high", "radius", "scale", "translate_only")
         return ReachTask(names.index("tcp_x"), **{k: options[k] for k in keys if k in options})
     raise ValueError(f"unknown robot task {name!r}; available: reach, edge")
