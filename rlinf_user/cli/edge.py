@@ -12,6 +12,8 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from rlinf_user.config.compose import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -44,15 +46,26 @@ def make_backend_factory(cfg) -> Any:
     return functools.partial(franka_backend, robot, safety)
 
 
-def start_cameras(cfg) -> dict[str, Any]:
+def start_cameras(cfg, sim_server=None) -> dict[str, Any]:
+    """One capture thread per configured camera. ``kind: sim`` cameras render the franky-sim
+    scene (``franky_sim=true``), served through the same capture path as real cameras."""
     if not cfg.cameras:
         return {}
     from rlinf_user.robots.cameras.base import start_streams
 
-    return start_streams([OmegaConf.to_container(c, resolve=True) for c in cfg.cameras])
+    cams = [OmegaConf.to_container(c, resolve=True) for c in cfg.cameras]
+    kwargs = {}
+    for cam in cams:
+        if cam.get("kind") == "sim":
+            if sim_server is None:
+                raise ConfigError(f"camera {cam.get('name')!r} is kind=sim: it renders franky-sim's "
+                                  "scene and needs franky_sim=true")  # fmt: skip
+            kwargs[cam["name"]] = {"render": functools.partial(
+                sim_server.render_rgb, width=int(cam["width"]), height=int(cam["height"]))}  # fmt: skip
+    return start_streams(cams, camera_kwargs=kwargs)
 
 
-def build_daemon(cfg):
+def build_daemon(cfg, sim_server=None):
     from rlinf_user.edge.daemon import EdgeDaemon
 
     return EdgeDaemon(
@@ -61,7 +74,7 @@ def build_daemon(cfg):
         authorized_keys=cfg.authorized_keys, heartbeat_s=cfg.heartbeat_s,
         peer_timeout_s=cfg.peer_timeout_s, max_message_bytes=cfg.max_message_bytes,
         realtime_priority=cfg.realtime_priority, spin_s=cfg.spin_s,
-        cameras=start_cameras(cfg), frame_max_age_s=cfg.frame_max_age_s,
+        cameras=start_cameras(cfg, sim_server), frame_max_age_s=cfg.frame_max_age_s,
     )  # fmt: skip
 
 
@@ -82,8 +95,15 @@ def run_edge(args, console: Console) -> int:
         from rlinf_user.robots.franka.sim_server import start_franky_sim
 
         console.print("starting franky-sim (MuJoCo Franka speaking the libfranka protocol)")
-        sim_server = start_franky_sim(hostname=cfg.robot.ip)
-    daemon = build_daemon(cfg)
+        # a scene camera needs the simulator's MuJoCo model in this process
+        render = any(c.get("kind") == "sim" for c in cfg.cameras)
+        sim_server = start_franky_sim(hostname=cfg.robot.ip, render=render)
+    try:
+        daemon = build_daemon(cfg, sim_server)
+    except BaseException:
+        if sim_server is not None:
+            sim_server.close()
+        raise
     try:
         spec = daemon.start()
         table = Table(title=f"edge daemon: {spec.get('description')}", show_header=False)

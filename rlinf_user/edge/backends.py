@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rlinf_user.edge.arm import PROPRIO_NAMES, ArmDriver
+from rlinf_user.edge.arm import PROPRIO_NAMES, ArmDriver, ArmError
 from rlinf_user.edge.safety import Breach, SafetyConfig, SafetyFilter
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class ArmBackend(EdgeBackend):
         self.driver = driver
         self.safety = SafetyFilter(safety)
         self.description = description
+        self.recoveries = 0
         self.driver.connect()
 
     def spec(self) -> dict[str, Any]:
@@ -94,6 +95,18 @@ class ArmBackend(EdgeBackend):
         }
 
     def reset(self, seed: int | None, options: dict[str, Any]) -> Tick:
+        """``options["home"]`` (default True): move to the reset pose. False starts the
+        next episode where the arm is (held), e.g. a new goal for a reaching task."""
+        current = self.driver.read()
+        if current.error:  # a reflex or fault ended the last episode: recover first
+            log.warning("arm reports %r: automatic error recovery", current.error)
+            self.recoveries += 1
+            if not self.driver.recover():
+                raise ArmError(f"the arm is in error ({current.error}) and recovery failed: "
+                               "check the robot (Desk) and reset again")  # fmt: skip
+        elif options.get("home", True) is False and self.safety.home is not None:
+            self.driver.hold()
+            return self._tick(self.driver.read())
         state = self.driver.home()
         self.safety.set_home(state.tcp_quaternion)
         self.safety.gripper_closed = False
@@ -122,7 +135,7 @@ class ArmBackend(EdgeBackend):
         self.driver.close()
 
     def telemetry(self) -> dict[str, Any]:
-        return {"safety": dict(self.safety.counts)}
+        return {"safety": dict(self.safety.counts), "recoveries": self.recoveries}
 
 
 class SimBackend(EdgeBackend):

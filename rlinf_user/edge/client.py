@@ -149,8 +149,8 @@ class EdgeClient:
         return self.request("act", arrays={"action": np.asarray(action, np.float32)},
                             timeout_s=timeout_s)  # fmt: skip
 
-    def reset(self, seed: int | None = None, timeout_s: float = 60.0) -> Message:
-        return self.request("reset", {"seed": seed}, timeout_s=timeout_s)
+    def reset(self, seed: int | None = None, timeout_s: float = 60.0, home: bool = True) -> Message:
+        return self.request("reset", {"seed": seed, "options": {"home": home}}, timeout_s=timeout_s)
 
     def telemetry(self) -> dict[str, Any]:
         return dict(self.request("telemetry").body)
