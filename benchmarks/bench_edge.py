@@ -20,12 +20,13 @@ Every run writes ``results/EDGE.md`` (tables built from whichever JSON files exi
 the repetitions. The daemon runs in its own process tree as on a robot PC: ``--rtt`` starts
 ``rlinf-user edge --sim gym_hil`` itself; ``--loop`` and ``--frames`` start this script in
 ``--_serve`` mode, which composes the same edge config and builds the same daemon as the CLI
-(``compose_edge_config`` + ``build_daemon``, cameras from ``cameras=[...]``) and adds two
-recorders: the control loop's wake-up error of every tick (the values its telemetry
-summarises; ``TimingStats.add`` is wrapped in the control-loop process) and, per camera, when
-the daemon attached which frame to an observation.
+(``compose_edge_config`` + ``build_daemon``, cameras from ``cameras=[...]``) and adds
+recorders: in the control-loop process the wake-up error of every tick (the values its
+telemetry summarises; ``TimingStats.add`` is wrapped) and the interval of every action
+applied to the backend; in the daemon, per camera, when which frame was attached to an
+observation.
 
-    python benchmarks/bench_edge.py                 # everything, about 9 minutes on 2 cores
+    python benchmarks/bench_edge.py                 # everything, about 8 minutes on 2 cores
     python benchmarks/bench_edge.py --loop --franka # control loop incl. the franky-sim case
     python benchmarks/bench_edge.py --rtt --quick   # a quick smoke run (short repetitions)
 """
@@ -331,16 +332,17 @@ def recording_backend(make_backend, path: str):
 
 
 class AttachRecorder:
-    """Wraps a capture stream in the daemon: logs (frame stamp, time attached to an obs)."""
+    """Wraps a capture stream in the daemon: logs (frame stamp, time read, reading method) so
+    the time a frame was attached to an observation (``_attach_frames``) is known."""
 
     def __init__(self, stream):
         self._stream = stream
-        self.log: list[tuple[float, float]] = []
+        self.log: list[tuple[float, float, str]] = []
 
     def latest(self):
         frame = self._stream.latest()
         if frame is not None:
-            self.log.append((frame.stamp, time.monotonic()))
+            self.log.append((frame.stamp, time.monotonic(), sys._getframe(1).f_code.co_name))
         return frame
 
     def __getattr__(self, name):
@@ -358,11 +360,12 @@ def serve(spec_path: str) -> None:
     if cfg.franky_sim:
         from rlinf_user.robots.franka.sim_server import start_franky_sim
 
-        sim_server = start_franky_sim(hostname=cfg.robot.ip)
+        render = any(c.get("kind") == "sim" for c in cfg.cameras)  # a franky-sim scene camera
+        sim_server = start_franky_sim(hostname=cfg.robot.ip, render=render)
     daemon = None
     recorders: dict[str, AttachRecorder] = {}
     try:
-        daemon = build_daemon(cfg)
+        daemon = build_daemon(cfg, sim_server)
         if spec.get("ticks_path"):
             daemon.make_backend = functools.partial(recording_backend, daemon.make_backend,
                                                     spec["ticks_path"])  # fmt: skip
@@ -680,7 +683,9 @@ def run_rtt(args, tmp: Path) -> dict[str, Any]:
     return {"benchmark": "edge command round trip on loopback", "machine": args.machine,
             "unit": "us", "daemon": "rlinf-user edge --sim gym_hil (10 Hz), one client at a time",
             "background_cpu_busy_pct": bg,
-            "loaded": "2 busy-loop processes", "cases": rows}  # fmt: skip
+            "conditions": {"idle": "nothing else running",
+                           "loaded": "2 busy-loop processes (nice 0) on the 2 cores"},
+            "cases": rows}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------
@@ -726,7 +731,10 @@ def frame_case(name: str, extra: dict, hz: float, reps: int, rep_s: float, tmp: 
             env.close()
         daemon.close()
     attach: dict[float, list[float]] = {}
-    for stamp, when in json.loads(attach_path.read_text()).get("wrist", []):
+    reads = json.loads(attach_path.read_text()).get("wrist", [])
+    if any(r[2] == "_attach_frames" for r in reads):  # other readers (a frame stream) aside
+        reads = [r for r in reads if r[2] == "_attach_frames"]
+    for stamp, when, _ in reads:
         attach.setdefault(stamp, []).append(when)
 
     def split(samples):
@@ -828,7 +836,7 @@ def write_summary(out_dir: Path) -> Path:
                   "(simulator step or driver call) across their due time; the rest were not "
                   "scheduled in time.", "",
                   "| backend | Hz | condition | loop sched | ticks | p50 ms | p99 ms | max ms | "
-                  "p99 per rep | > 2 ms (in act apply) | telemetry p50/p99/max | overruns | duty cycle | "
+                  "p99 per rep | > 2 ms (in act apply) | telemetry p50/p99/max | overruns | watchdog holds | "
                   "CPU % before / during | target |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in data["cases"]:
@@ -845,7 +853,7 @@ def write_summary(out_dir: Path) -> Path:
             lines.append(f"| {r['backend']} | {r['hz']:g} | {r['condition']} | {r['loop_sched']} | {p['n']} | "
                          f"{_fmt(p['p50_ms'], 3)} | {_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | {reps} | "
                          f"{p.get('ticks_over_2ms')} ({p.get('of_which_during_act_apply')}) | {tel} | "
-                         f"{t.get('overruns')} | {_fmt(t.get('duty_cycle'))} | {cpu} | {target} |")  # fmt: skip
+                         f"{t.get('overruns')} | {t.get('watchdog_holds')} | {cpu} | {target} |")  # fmt: skip
         lines.append("")
     rtt = out_dir / "edge_round_trip.json"
     if rtt.exists():
@@ -855,7 +863,8 @@ def write_summary(out_dir: Path) -> Path:
                   "`rlinf-user edge --sim gym_hil`, one client process. Target (protocol round "
                   "trip, `ping`): p50 <= 150 us, p99 <= 500 us. `telemetry` goes through the "
                   "control-loop process; an `act` waits for the next control tick by design and "
-                  "is not a round-trip measure. CPU busy before each repetition (other processes): "
+                  "is not a round-trip measure. Loaded: 2 busy-loop processes. CPU busy before each "
+                  "repetition (other processes): "
                   + ", ".join(f"{_fmt(b, 0)} %" for b in data.get("background_cpu_busy_pct", [])) + ".", "",
                   "| request | auth | condition | samples | p50 us | p99 us | max us | p50 per rep | "
                   "p99 per rep | target |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -902,7 +911,7 @@ def write_summary(out_dir: Path) -> Path:
                   f"sched_rt_runtime_us {m.get('sched_rt_runtime_us')}.", ""]  # fmt: skip
     lines += ["## How to run", "",
               "```",
-              "python benchmarks/bench_edge.py                    # all three, about 9 minutes on 2 cores",
+              "python benchmarks/bench_edge.py                    # all three, about 8 minutes on 2 cores",
               "python benchmarks/bench_edge.py --loop --franka    # control loop incl. the franky-sim Franka case",
               "python benchmarks/bench_edge.py --rtt              # round trip only (about 1 minute)",
               "python benchmarks/bench_edge.py --frames           # frame latency only",

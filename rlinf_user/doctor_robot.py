@@ -12,7 +12,8 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rlinf_user.doctor import Check, _version
 
@@ -214,7 +215,7 @@ def tcp_probe(ip: str, port: int = FRANKA_COMMAND_PORT,
     try:
         with socket.create_connection((ip, port), timeout=timeout_s):
             return True, ""
-    except socket.timeout:
+    except TimeoutError:
         return False, f"no answer within {timeout_s:g} s"
     except OSError as err:
         return False, (err.strerror or str(err)).lower()

@@ -30,6 +30,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from rlinf_user.sims.vulkan import FIX_MESSAGE, ensure_vulkan
 
 from rlinf_user.env.base import ContractEnv
 from rlinf_user.env.contract import (
@@ -40,7 +41,6 @@ from rlinf_user.env.contract import (
     observation_space,
 )
 from rlinf_user.env.vector import index_obs
-from rlinf_user.sims.vulkan import FIX_MESSAGE, ensure_vulkan
 
 logger = logging.getLogger(__name__)
 

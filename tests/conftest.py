@@ -1,4 +1,8 @@
+import importlib.util
 import os
+import sys
+import types
+from pathlib import Path
 
 import pytest
 
@@ -17,3 +21,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not has_gpu:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def fake_pyzed(monkeypatch):
+    """The ZED SDK test double (``tests/fakes/pyzed_sl.py``) installed as ``pyzed.sl``.
+
+    The SDK installs only from Stereolabs' installer; the double mimics the API surface the
+    camera code uses (enums, error codes, BGRA layout, nanosecond timestamps)."""
+    path = Path(__file__).resolve().parent / "fakes" / "pyzed_sl.py"
+    spec = importlib.util.spec_from_file_location("pyzed.sl", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    package = types.ModuleType("pyzed")
+    package.__path__ = []
+    package.sl = module
+    monkeypatch.setitem(sys.modules, "pyzed", package)
+    monkeypatch.setitem(sys.modules, "pyzed.sl", module)
+    yield module
+    if hasattr(module, "_reset"):
+        module._reset()

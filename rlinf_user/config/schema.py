@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -15,8 +15,8 @@ class EdgeConfig:
     host: str = MISSING
     port: int = 5555
     # CURVE keys from `rlinf-user edge keygen`: the daemon's public key, this side's secret
-    server_public_key: Optional[str] = None
-    client_secret_key: Optional[str] = None
+    server_public_key: str | None = None
+    client_secret_key: str | None = None
     timeout_s: float = 2.0  # no reply to a step within this: the episode is truncated
     heartbeat_s: float = 0.5
     hello_timeout_s: float = 10.0
@@ -41,7 +41,7 @@ class EnvConfig:
     # success and keep collecting reward; ~ r_max / (1 - gamma) removes that incentive.
     success_bonus: float = 0.0
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the backend
-    edge: Optional[EdgeConfig] = None
+    edge: EdgeConfig | None = None
 
 
 @dataclass
@@ -56,7 +56,7 @@ class AlgoConfig:
     critic_lr: float = 3e-4
     alpha_lr: float = 3e-4
     init_temperature: float = 1.0
-    target_entropy: Optional[float] = None  # default -action_dim / 2
+    target_entropy: float | None = None  # default -action_dim / 2
     num_critics: int = 2
     num_min_critics: int = 2  # REDQ-style random subset for the target min
     utd_ratio: float = 1.0  # critic updates per env step (across all envs)
@@ -97,7 +97,7 @@ class PlacementConfig:
     """
 
     mode: str = "collocated"  # collocated | disaggregated
-    ray_address: Optional[str] = None  # None: start a local Ray runtime
+    ray_address: str | None = None  # None: start a local Ray runtime
     num_env_workers: int = 1
     envs_per_worker: int = 1
     learner: RoleResources = field(default_factory=RoleResources)
@@ -124,14 +124,14 @@ class RunConfig:
     buffer: BufferConfig = field(default_factory=BufferConfig)
     seed: int = 0
     total_env_steps: int = 100_000
-    target_success: Optional[float] = None  # stop early once evaluation reaches it
+    target_success: float | None = None  # stop early once evaluation reaches it
     eval_every_steps: int = 5_000
     eval_episodes: int = 20
     checkpoint_every_steps: int = 10_000
     publish_every_updates: int = 50
     run_root: str = "runs"
-    run_name: Optional[str] = None
-    resume: Optional[str] = None
-    demos: Optional[str] = None
-    max_wall_minutes: Optional[float] = None
+    run_name: str | None = None
+    resume: str | None = None
+    demos: str | None = None
+    max_wall_minutes: float | None = None
     progress: bool = True

@@ -87,9 +87,8 @@ class RecordLog:
     def read_all(self, repair: bool = True) -> Iterator[dict[str, np.ndarray]]:
         """Yield every intact record in order; a torn tail is logged and (optionally) cut."""
         for seg in self.segments():
-            good = 0
             try:
-                for good, payload in _scan(seg):
+                for _good, payload in _scan(seg):
                     yield decode(payload)
             except _Torn as torn:
                 log.warning(

@@ -38,7 +38,7 @@ def validate_chunk(chunk: dict[str, np.ndarray], schema: dict[str, tuple] | None
         if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
             raise TransitionError(f"transition chunk has NaN/Inf in {k!r}")
     if schema is not None:
-        for k, (shape, dtype) in schema.items():
+        for k, (shape, _dtype) in schema.items():
             if k not in chunk:
                 raise TransitionError(f"transition chunk lacks {k!r}")
             if chunk[k].shape[1:] != shape:

@@ -59,7 +59,7 @@ class EdgeBackend(abc.ABC):
     def stop(self) -> None:
         self.hold()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends have nothing to release
         pass
 
     def telemetry(self) -> dict[str, Any]:

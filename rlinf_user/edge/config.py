@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
@@ -39,8 +40,8 @@ class EdgeServeConfig:
     bind: str = "127.0.0.1"  # the interface to serve on (the robot PC's LAN address)
     port: int = 5555  # requests; port + 1 carries the state stream
     control_hz: float = 10.0
-    secret_key: Optional[str] = None  # edge.key_secret from `rlinf-user edge keygen`
-    authorized_keys: Optional[str] = None  # folder of accepted client public keys
+    secret_key: str | None = None  # edge.key_secret from `rlinf-user edge keygen`
+    authorized_keys: str | None = None  # folder of accepted client public keys
     heartbeat_s: float = 0.5
     peer_timeout_s: float = 2.0
     max_message_bytes: int = 16 * 1024 * 1024
@@ -48,10 +49,10 @@ class EdgeServeConfig:
     spin_s: float = 0.0005
     frame_max_age_s: float = 0.25
     safety: SafetySchema = field(default_factory=SafetySchema)
-    robot: Optional[dict[str, Any]] = None  # driver options (robot/<name>.yaml)
+    robot: dict[str, Any] | None = None  # driver options (robot/<name>.yaml)
     franky_sim: bool = False  # start franky-sim (MuJoCo, libfranka protocol) and drive it
     cameras: list[dict[str, Any]] = field(default_factory=list)
-    env: Optional[dict[str, Any]] = None  # a served simulator (--sim)
+    env: dict[str, Any] | None = None  # a served simulator (--sim)
     log_level: str = "INFO"
 
 

@@ -24,7 +24,8 @@ import collections
 import logging
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import zmq
@@ -96,6 +97,9 @@ class ControlLoop:
         self.last_action_tick = 0
         self.last_action_time = time.monotonic()
         self.last_hold: dict[str, Any] | None = None
+        self.started = time.monotonic()
+        self.reset_seconds = 0.0  # time spent in backend resets (homing)
+        self.resets = 0
         self.episode_ticks = 0  # ticks inside episodes (resets excluded)
         self.acted_ticks = 0  # ... of which ended a period in which a policy action ran
         self.running = True
@@ -156,12 +160,16 @@ class ControlLoop:
 
     def _reset(self, msg: Message) -> None:
         self.queued, self.pending_rid = None, None
+        started = time.monotonic()
         try:
             t = self.backend.reset(msg.body.get("seed"), msg.body.get("options") or {})
         except Exception as err:  # noqa: BLE001
             log.exception("reset failed")
             self._send(error(msg.rid, "backend", f"reset failed: {type(err).__name__}: {err}"))
             return
+        finally:
+            self.reset_seconds += time.monotonic() - started
+            self.resets += 1
         self.stopped, self.in_episode, self.holding = False, True, False
         self.last_action_tick = self.tick
         self.last_action_time = time.monotonic()
@@ -241,7 +249,11 @@ class ControlLoop:
             "hz": 1.0 / self.period,
             "applied": self.applied,
             "deferred": self.deferred,
-            "duty_cycle": self.acted_ticks / self.episode_ticks if self.episode_ticks else None,
+            # duty cycle over a window = d(acted_ticks) / (d(uptime_s) - d(reset_seconds)) / hz
+            "uptime_s": time.monotonic() - self.started,
+            "reset_seconds": self.reset_seconds,
+            "resets": self.resets,
+            "acted_ticks": self.acted_ticks,
             "episode_ticks": self.episode_ticks,
             "watchdog_holds": self.holds,
             "last_hold": self.last_hold,

@@ -24,7 +24,8 @@ import multiprocessing as mp
 import os
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import zmq
@@ -70,6 +71,7 @@ class EdgeDaemon:
         self.spec: dict[str, Any] = {}
         self._tag = 1 << 40  # internal request ids for telemetry asked by any client
         self._telemetry_waiters: dict[int, tuple[bytes, int]] = {}
+        self._streamed: dict[str, int] = {}  # camera -> last frame seq published
 
     # -- start-up ------------------------------------------------------------------
     def start(self) -> dict[str, Any]:
@@ -210,6 +212,7 @@ class EdgeDaemon:
 
     def _on_control(self, frames: list[zmq.Frame]) -> None:
         msg = decode([f.buffer for f in frames])
+        self._stream_frames()
         if msg.kind == "state":  # a tick nobody asked for: stream only
             self.pub.send_multipart(encode(Message("state", 0, msg.body,
                                                    {"state": msg.arrays["state"]})), copy=False)  # fmt: skip
@@ -242,6 +245,18 @@ class EdgeDaemon:
             msg.body.setdefault("image_stamps", {})[name] = frame.stamp
         if stale:
             msg.body["stale_cameras"] = stale
+
+    def _stream_frames(self) -> None:
+        """Publish each camera's newest frame once (``frame`` messages, latest-value)."""
+        for name, stream in self.cameras.items():
+            frame = stream.latest()
+            if frame is None or self._streamed.get(name) == frame.seq:
+                continue
+            self._streamed[name] = frame.seq
+            arrays = ({"jpeg": np.frombuffer(frame.jpeg, dtype=np.uint8)} if frame.jpeg is not None
+                      else {"image": frame.image})  # fmt: skip
+            body = {"camera": name, "stamp": frame.stamp, "seq": frame.seq}
+            self.pub.send_multipart(encode(Message("frame", 0, body, arrays)), copy=False)
 
     def _camera_stats(self) -> dict[str, Any]:
         return {name: protocol.finite_body(s.stats()) for name, s in self.cameras.items()}

@@ -9,7 +9,8 @@ simulator computes them); ``reach`` is a goal-reaching task on the TCP position.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

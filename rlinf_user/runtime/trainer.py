@@ -13,9 +13,10 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from rlinf_user.runtime.placement import make_plan, ray_init_kwargs
 log = logging.getLogger(__name__)
 
 ROLLOUT_STEPS = 100
+ROLLOUTS_IN_FLIGHT = 2
 TRAIN_CALL_UPDATES = 50
 MAX_WORKER_RESTARTS = 5
 
@@ -108,6 +110,7 @@ class Trainer:
                 "(`rlinf-user doctor` lists what is missing)"
             ) from err
         log.info("env spec: %s", self.spec)
+        check_demos(cfg.demos, self.spec)
         self.replay = None
         if plan.replay is not None:
             self.replay = (
@@ -118,6 +121,7 @@ class Trainer:
                     str(self.run_dir / "buffer") if cfg.buffer.persist else None,
                     cfg.demos,
                     cfg.seed,
+                    list(self.spec["cameras"]),
                 )
             )
         self.learner = (
@@ -160,10 +164,13 @@ class Trainer:
         self._open_tensorboard()
         t_start = time.monotonic()
         recent = deque(maxlen=50)
-        rollout_calls: dict[Any, int] = {}
+        # Each worker always has its next rollout call queued behind the running one, so it
+        # goes straight on (a robot never idles while this loop books a finished chunk).
+        rollout_calls: dict[Any, tuple[int, int]] = {}
         generations = [0] * len(self.workers)
         for i, w in enumerate(self.workers):
-            rollout_calls[self._rollout(w)] = i
+            for _ in range(ROLLOUTS_IN_FLIGHT):
+                rollout_calls[self._rollout(w)] = (i, 0)
         train_call = self.learner.train.remote(TRAIN_CALL_UPDATES, p.env_steps)
         eval_call = None
         next_eval = p.env_steps + cfg.eval_every_steps
@@ -190,10 +197,12 @@ class Trainer:
                     eval_call = None
                     self._record_eval(ray.get(ref), time.monotonic() - t_start)
                 else:
-                    i = rollout_calls.pop(ref)
+                    i, gen = rollout_calls.pop(ref)
                     try:
                         r = ray.get(ref)
                     except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                        if gen != generations[i]:
+                            continue  # a queued call of a worker already replaced
                         p.worker_restarts += 1
                         log.error("env worker %d failed (%s); restarting it", i, err)
                         if p.worker_restarts > MAX_WORKER_RESTARTS:
@@ -206,7 +215,8 @@ class Trainer:
                         self.workers[i] = self._spawn_worker(i, generations[i])
                         if self.shares_robot and i == 0:
                             self.eval_worker = self.workers[0]
-                        rollout_calls[self._rollout(self.workers[i])] = i
+                        for _ in range(ROLLOUTS_IN_FLIGHT):
+                            rollout_calls[self._rollout(self.workers[i])] = (i, generations[i])
                         continue
                     p.env_steps += r["steps"]
                     for ep in r["episodes"]:
@@ -216,8 +226,9 @@ class Trainer:
                     if recent:
                         p.recent_success = float(np.mean([e["success"] for e in recent]))
                         p.recent_return = float(np.mean([e["return"] for e in recent]))
-                    if p.env_steps < cfg.total_env_steps:
-                        rollout_calls[self._rollout(self.workers[i])] = i
+                    queued = sum(1 for j, _ in rollout_calls.values() if j == i)
+                    if p.env_steps + queued * ROLLOUT_STEPS < cfg.total_env_steps:
+                        rollout_calls[self._rollout(self.workers[i])] = (i, generations[i])
             p.wall = time.monotonic() - t_start
             if eval_call is None and p.env_steps >= next_eval:
                 next_eval += cfg.eval_every_steps
@@ -344,3 +355,20 @@ class Trainer:
                     ray.kill(actor, no_restart=True)
                 except Exception:  # noqa: BLE001
                     pass
+
+
+def check_demos(path: str | None, spec: dict) -> None:
+    """Refuse a demonstration dataset that does not fit the env, before anything trains."""
+    if not path:
+        return
+    if not (Path(path) / "meta" / "info.json").exists():
+        return  # a replay log: its schema is checked when batches are drawn
+    from rlinf_user.data.lerobot_format import DatasetError
+    from rlinf_user.data.lerobot_reader import LeRobotReader, demo_mismatch
+
+    try:
+        problems = demo_mismatch(LeRobotReader(path), spec)
+    except DatasetError as err:
+        raise RunError(f"demos={path}: {err}") from err
+    if problems:
+        raise RunError(f"demos={path} does not fit this env: " + "; ".join(problems))

@@ -32,7 +32,6 @@ import time
 from typing import Any
 
 import numpy as np
-
 from rlinf_user.robots.cameras.base import (
     Camera,
     CameraConfig,

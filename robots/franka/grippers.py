@@ -13,7 +13,8 @@ import inspect
 import logging
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -302,7 +303,7 @@ class RobotiqGripper(Gripper):
                 ROBOTIQ_OUTPUT_REGISTER, registers, **self._unit_kw
             )
         if reply.isError():
-            raise IOError(f"Robotiq write failed: {reply}")
+            raise OSError(f"Robotiq write failed: {reply}")
 
     def _read_status(self) -> dict[str, int]:
         with self._io:
@@ -310,7 +311,7 @@ class RobotiqGripper(Gripper):
                 ROBOTIQ_INPUT_REGISTER, count=3, **self._unit_kw
             )
         if reply.isError():
-            raise IOError(f"Robotiq read failed: {reply}")
+            raise OSError(f"Robotiq read failed: {reply}")
         return robotiq_decode_status(list(reply.registers))
 
     def _activate(self, timeout_s: float) -> None:
@@ -350,7 +351,7 @@ class RobotiqGripper(Gripper):
         while not self._closing and time.monotonic() < deadline:
             status = self._read_status()
             if status["gFLT"]:
-                raise IOError(f"Robotiq fault 0x{status['gFLT']:X}")
+                raise OSError(f"Robotiq fault 0x{status['gFLT']:X}")
             # Done once this request is echoed and the fingers stopped (arrived or contact).
             if status["gPR"] == target and status["gOBJ"] != 0:
                 return

@@ -30,7 +30,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -194,7 +195,7 @@ def _start_in_process(handle: FrankySimHandle, viewer: bool, initial_joints: Any
         server.init()  # binds 1337/1338 and builds the MuJoCo model
     except OSError as exc:
         sim.cleanup()
-        raise RuntimeError(f"franky-sim could not bind {handle.hostname}:{ROBOT_PORT}: {exc}")
+        raise RuntimeError(f"franky-sim could not bind {handle.hostname}:{ROBOT_PORT}: {exc}") from exc
     server.run_async()
     handle._sim, handle._server = sim, server
     handle._ready.set()

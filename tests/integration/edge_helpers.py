@@ -148,3 +148,14 @@ class TcpLink:
 
     def close(self) -> None:
         self.cut()
+
+
+def edge_telemetry(port: int, host: str = "127.0.0.1") -> dict:
+    """The daemon's telemetry (read-only: any client may ask, the robot stays untouched)."""
+    from rlinf_user.edge.client import EdgeClient
+
+    c = EdgeClient(host, port)
+    try:
+        return c.telemetry()
+    finally:
+        c.close(say_bye=False)

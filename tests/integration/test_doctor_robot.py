@@ -17,13 +17,12 @@ import subprocess
 import sys
 import threading
 import time
-import types
 from pathlib import Path
 
 import pytest
+from rlinf_user.robots.franka.driver import libfranka_version
 
 from rlinf_user import doctor_robot as doctor
-from rlinf_user.robots.franka.driver import libfranka_version
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "rlinf_user.cli.main", "doctor", "--robot", "franka"]
@@ -219,18 +218,8 @@ def test_edge_keys(tmp_path):
 
 
 @pytest.fixture
-def fake_zed(monkeypatch):
-    """The ZED SDK test double (tests/fakes/pyzed_sl.py) as ``pyzed.sl``."""
-    spec = importlib.util.spec_from_file_location("pyzed.sl", ROOT / "tests" / "fakes" / "pyzed_sl.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    package = types.ModuleType("pyzed")
-    package.__path__ = []
-    package.sl = module
-    monkeypatch.setitem(sys.modules, "pyzed", package)
-    monkeypatch.setitem(sys.modules, "pyzed.sl", module)
-    yield module
-    module._reset()
+def fake_zed(fake_pyzed):
+    return fake_pyzed
 
 
 def test_zed_camera_by_serial(fake_zed):

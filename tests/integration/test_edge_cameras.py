@@ -50,6 +50,26 @@ def test_synthetic_camera_is_cropped_encoded_and_stamped_on_the_edge(tmp_path):
         assert len(set(stamps)) > 1 and stamps == sorted(stamps)  # fresh frames, in order
         stats = env.telemetry()["cameras"]["wrist"]
         assert stats["frames"] > 0
+        # the same frames on the latest-value stream (port + 1), e.g. for a monitoring UI
+        import zmq
+
+        from rlinf_user.edge.protocol import decode
+
+        sub = zmq.Context.instance().socket(zmq.SUB)
+        sub.linger = 0
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(f"tcp://127.0.0.1:{port + 1}")
+        kinds = set()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and "frame" not in kinds:
+            env.step(np.zeros(7, np.float32))
+            while sub.poll(10):
+                m = decode(sub.recv_multipart())
+                kinds.add(m.kind)
+                if m.kind == "frame":
+                    assert m.body["camera"] == "wrist" and m.arrays["jpeg"].size > 100
+        sub.close()
+        assert {"frame", "state"} <= kinds
     finally:
         if env is not None:
             env.close()
@@ -58,13 +78,13 @@ def test_synthetic_camera_is_cropped_encoded_and_stamped_on_the_edge(tmp_path):
 
 def test_realsense_software_device_served_byte_exact_and_staleness_reported():
     rs = pytest.importorskip("pyrealsense2")
-    from test_realsense_software import H, W, SoftwareColourDevice
-
-    from rlinf_user.edge.daemon import EdgeDaemon
-    from rlinf_user.edge.factory import sim_backend
     from rlinf_user.robots.cameras.base import CameraConfig
     from rlinf_user.robots.cameras.capture import CaptureThread
     from rlinf_user.robots.cameras.realsense import RealSenseCamera
+    from test_realsense_software import H, SoftwareColourDevice, W
+
+    from rlinf_user.edge.daemon import EdgeDaemon
+    from rlinf_user.edge.factory import sim_backend
 
     sw = SoftwareColourDevice("rgb8")
     cfg = CameraConfig(name="rs", width=W, height=H, fps=30, stall_timeout_s=5.0)

@@ -77,7 +77,7 @@ def test_reset_homes_and_a_reach_is_tracked_through_the_daemon(edge):
         obs, _ = e.reset(seed=0)
         home = obs["state"][:3].copy()
         assert np.linalg.norm(home - [0.307, 0.0, 0.487]) < 0.03, home
-        for step in range(60):  # a proportional controller through the env contract
+        for step in range(60):  # noqa: B007 - a proportional controller through the env contract
             a = np.zeros(7, np.float32)
             a[:3] = np.clip(obs["state"][-3:] / e.action_spec.max_translation, -1, 1)
             obs, r, te, tr, info = e.step(a)

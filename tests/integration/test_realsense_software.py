@@ -13,7 +13,6 @@ import time
 
 import numpy as np
 import pytest
-
 from rlinf_user.robots.cameras.base import (
     CameraConfig,
     CameraError,

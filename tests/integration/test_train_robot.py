@@ -10,6 +10,7 @@ that ended a period in which a policy action ran, resets excluded) is reported.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -17,15 +18,15 @@ import pytest
 pytest.importorskip("franky")
 pytest.importorskip("franky_sim")
 
-from edge_helpers import EdgeProcess, free_ports  # noqa: E402
+from edge_helpers import EdgeProcess, edge_telemetry, free_ports  # noqa: E402
 
 from rlinf_user.config.compose import compose_config, validate  # noqa: E402
 from rlinf_user.data.record_log import RecordLog  # noqa: E402
-from rlinf_user.edge.client import EdgeClient  # noqa: E402
 from rlinf_user.rundir import create_run_dir  # noqa: E402
 from rlinf_user.runtime.trainer import Trainer  # noqa: E402
 
-TARGET = 0.8
+TARGET = 0.9
+HZ = 10.0
 
 
 @pytest.mark.slow
@@ -34,7 +35,7 @@ def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path):
 
     port = free_ports(2)
     edge = EdgeProcess(
-        ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.41", "control_hz=20",
+        ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.41", f"control_hz={HZ}",
          "robot.relative_dynamics_factor=0.5"],
         port, tmp_path / "edge.log",
     )  # fmt: skip
@@ -42,17 +43,19 @@ def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path):
         cfg = compose_config(
             [
                 "env.edge.host=127.0.0.1", f"env.edge.port={port}", "seed=0",
-                "total_env_steps=8000", f"target_success={TARGET}", "eval_every_steps=500",
-                "eval_episodes=10", f"run_root={tmp_path}", "run_name=reach", "progress=false",
+                "total_env_steps=6000", f"target_success={TARGET}", f"run_root={tmp_path}", "run_name=reach", "progress=false",
             ],
             robot="franka",
         )  # fmt: skip
         validate(cfg)
         run_dir = create_run_dir(cfg)
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         ray.init(num_cpus=4, resources={"franka": 1}, include_dashboard=False, log_to_driver=False)
+        before = edge_telemetry(port)
         trainer = Trainer(cfg, run_dir)
         try:
             trainer.run()
+            after = edge_telemetry(port)  # the robot's own account of the run, before shutdown
         finally:
             trainer.close()
             ray.shutdown()
@@ -61,10 +64,11 @@ def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path):
         chunks = list(RecordLog(run_dir / "buffer").read_all())
         versions = np.concatenate([c["policy_version"] for c in chunks])
         assert versions.max() > 0 and np.all(np.concatenate([c["intervention"] for c in chunks]) == 0)
-        c = EdgeClient("127.0.0.1", port)
-        t = c.telemetry()
-        c.close(say_bye=False)
-        assert t["safety"]["refused"] == 0 and t["episode_ticks"] > 0
-        print(f"\nreach: {summary}\nedge telemetry: {t}")
+        assert after["safety"]["refused"] == 0
+        acted = after["acted_ticks"] - before["acted_ticks"]
+        stepping = (after["uptime_s"] - before["uptime_s"]) - (after["reset_seconds"] - before["reset_seconds"])
+        duty = acted / (stepping * HZ)
+        print(f"\nreach: {summary}\nrobot duty cycle {duty:.3f} (edge telemetry {after})")
+        assert duty > 0.5  # the benchmark reports the measured value; this guards collapse
     finally:
         edge.close()

@@ -4,7 +4,6 @@ ZED path against ``tests/fakes/pyzed_sl.py``, a test double that stands in for t
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import math
 import pathlib
@@ -17,7 +16,6 @@ import numpy as np
 import pytest
 import yaml
 from PIL import Image
-
 from rlinf_user.robots.cameras.base import (
     Camera,
     CameraConfig,
@@ -318,17 +316,8 @@ def test_sim_camera_serves_a_render_callable():
 
 
 @pytest.fixture
-def sl(monkeypatch):
-    path = ROOT / "tests" / "fakes" / "pyzed_sl.py"
-    spec = importlib.util.spec_from_file_location("pyzed.sl", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    package = types.ModuleType("pyzed")
-    package.__path__ = []
-    package.sl = module
-    monkeypatch.setitem(sys.modules, "pyzed", package)
-    monkeypatch.setitem(sys.modules, "pyzed.sl", module)
-    return module
+def sl(fake_pyzed):
+    return fake_pyzed
 
 
 def _scene(index, height, width):

@@ -32,7 +32,7 @@ class PointMass(ContractEnv):
 def test_truncates_at_limit_and_keeps_terminated_apart():
     env = PointMass()
     env.reset(seed=0)
-    for i in range(5):
+    for _i in range(5):
         result = env.step(np.zeros(7))
         validate_step(result, env.observation_space)
     _, _, terminated, truncated, info = result

@@ -1,0 +1,126 @@
+"""Online RL on the (simulated) Franka through the edge daemon: time to success and the
+robot's duty cycle.
+
+For each seed: start ``rlinf-user edge --robot franka franky_sim=true`` (the real franky
+client driving franky-sim's MuJoCo Franka over the libfranka protocol, in the daemon's
+control-loop process), then train the ``reach`` task with the Ray runtime as
+``rlinf-user train --robot franka`` does, until evaluation success reaches the target.
+
+Duty cycle = control ticks that ended a period in which a policy action ran, divided by
+the control ticks available while the robot was not resetting, from the daemon's own
+telemetry between the first collected step and the end of training.
+
+    python benchmarks/bench_robot_training.py --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def run_seed(seed: int, hz: float, target: float, max_steps: int, work: Path) -> dict:
+    import ray
+    from edge_helpers import EdgeProcess, free_ports
+    from edge_helpers import edge_telemetry as telemetry
+
+    from rlinf_user.config.compose import compose_config, validate
+    from rlinf_user.rundir import create_run_dir
+    from rlinf_user.runtime.trainer import Trainer
+
+    port = free_ports(2)
+    edge = EdgeProcess(
+        ["--robot", "franka", "franky_sim=true", f"robot.ip=127.0.0.{60 + seed}",
+         f"control_hz={hz}", "robot.relative_dynamics_factor=0.5"],
+        port, work / f"edge-s{seed}.log",
+    )  # fmt: skip
+    try:
+        cfg = compose_config(
+            ["env.edge.host=127.0.0.1", f"env.edge.port={port}", f"seed={seed}",
+             f"total_env_steps={max_steps}", f"target_success={target}", f"run_root={work}",
+             f"run_name=reach-s{seed}", "progress=false"],
+            robot="franka",
+        )  # fmt: skip
+        validate(cfg)
+        run_dir = create_run_dir(cfg)
+        marks: dict[str, dict] = {}
+
+        def on_progress(p) -> None:
+            if "start" not in marks and p.env_steps > 0:
+                marks["start"] = telemetry(port)
+
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(num_cpus=4, resources={"franka": 1}, include_dashboard=False, log_to_driver=False)
+        trainer = Trainer(cfg, run_dir, on_progress=on_progress)
+        try:
+            trainer.run()
+            end = telemetry(port)
+        finally:
+            trainer.close()
+            ray.shutdown()
+        start = marks.get("start", end)
+        acted = end["acted_ticks"] - start["acted_ticks"]
+        window = (end["uptime_s"] - start["uptime_s"]) - (end["reset_seconds"] - start["reset_seconds"])
+        summary = trainer.summary
+        shutil.copy(run_dir / "eval" / "history.csv", RESULTS / f"reach_franky_sim_s{seed}_history.csv")
+        return {
+            "seed": seed,
+            "reached": summary["best_eval_success"] >= target,
+            "best_eval_success": summary["best_eval_success"],
+            "env_steps": summary["env_steps"],
+            "wall_minutes": round(summary["wall_seconds"] / 60, 2),
+            "updates": summary["updates"],
+            "duty_cycle": round(acted / (window * hz), 4) if window > 0 else None,
+            "resets": end["resets"] - start["resets"],
+            "reset_seconds": round(end["reset_seconds"] - start["reset_seconds"], 1),
+            "control_period_error_ms_p99": end.get("period_error_ms_p99"),
+            "watchdog_holds": end["watchdog_holds"],
+            "safety": end["safety"],
+        }
+    finally:
+        edge.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--hz", type=float, default=10.0)
+    ap.add_argument("--target", type=float, default=0.9)
+    ap.add_argument("--max-steps", type=int, default=8000)
+    ap.add_argument("--out", default=str(RESULTS / "reach_franky_sim.json"))
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="reach-bench-"))
+    runs = [run_seed(s, args.hz, args.target, args.max_steps, work) for s in args.seeds]
+    reached = [r for r in runs if r["reached"]]
+    result = {
+        "task": "reach (goal box, 3 cm) on franky-sim through rlinf-user edge, SAC, state",
+        "control_hz": args.hz,
+        "target_success": args.target,
+        "machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform(),
+                    "python": platform.python_version()},  # fmt: skip
+        "runs": runs,
+        "reached": f"{len(reached)}/{len(runs)}",
+        "median_wall_minutes": float(np.median([r["wall_minutes"] for r in reached])) if reached else None,
+        "median_env_steps": float(np.median([r["env_steps"] for r in reached])) if reached else None,
+        "median_duty_cycle": float(np.median([r["duty_cycle"] for r in runs if r["duty_cycle"]])),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
