@@ -1,7 +1,8 @@
 # The two set-up commands (see README):
 #   make train   install, then train the default job (gym_hil MuJoCo Franka pick-cube, state, SAC,
 #                this machine) until evaluation success reaches 90%
-#   make test    install (plus robosuite's own environment), then run the test suite (what CI runs)
+#   make test    install (plus robosuite's own environment and LeRobot's dataset code as a test
+#                oracle), then run the test suite (what CI runs)
 .PHONY: install train test bench
 
 install:
@@ -12,6 +13,7 @@ train: install
 
 test: install
 	bash scripts/install_robosuite_env.sh
+	bash scripts/install_lerobot_env.sh
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: install

@@ -66,6 +66,7 @@ class Learner:
                 str(self.run_dir / "buffer") if cfg.buffer.persist else None,
                 cfg.demos,
                 seed=cfg.seed,
+                cameras=list(spec["cameras"]),
             )
         else:
             self.remote_replay = replay

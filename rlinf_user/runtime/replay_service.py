@@ -19,12 +19,19 @@ log = logging.getLogger(__name__)
 
 
 class ReplayService:
-    def __init__(self, capacity: int, directory: str | None, demo_path: str | None = None, seed: int = 0):
+    def __init__(
+        self,
+        capacity: int,
+        directory: str | None,
+        demo_path: str | None = None,
+        seed: int = 0,
+        cameras: list[str] | None = None,
+    ):
         self.buffer = ReplayBuffer(capacity, directory)
         self.restored = self.buffer.restore()
         self.demos: ReplayBuffer | None = None
         if demo_path:
-            self.demos = load_demo_buffer(demo_path)
+            self.demos = load_demo_buffer(demo_path, cameras)
         self.rng = np.random.default_rng(seed)
         self.lock = threading.Lock()
         self.rejected = 0
@@ -73,9 +80,12 @@ class ReplayService:
         self.buffer.close()
 
 
-def load_demo_buffer(path: str) -> ReplayBuffer:
-    """Demonstrations from a replay log folder (a run's ``buffer/`` or a recorded log)."""
+def load_demo_buffer(path: str, cameras: list[str] | None = None) -> ReplayBuffer:
+    """Demonstrations from a LeRobotDataset v3.0 folder (``rlinf-user teleop`` output) or
+    a replay log folder (a run's ``buffer/``). ``cameras``: image keys to load."""
     p = Path(path)
+    if (p / "meta" / "info.json").exists():
+        return _lerobot_demos(p, cameras or [])
     if (p / "buffer").is_dir():
         p = p / "buffer"
     if not p.is_dir() or not list(p.glob("seg-*.log")):
@@ -86,4 +96,23 @@ def load_demo_buffer(path: str) -> ReplayBuffer:
     demos.log = None  # read-only: never append to someone else's demos
     if demos.size == 0:
         raise ValueError(f"demos={path}: the log holds no transitions")
+    return demos
+
+
+def _lerobot_demos(root: Path, cameras: list[str]) -> ReplayBuffer:
+    from rlinf_user.data.lerobot_reader import LeRobotReader, episode_transitions
+
+    reader = LeRobotReader(root)
+    chunks = []
+    for ep in reader.episodes(images=bool(cameras)):
+        chunk = episode_transitions(ep, cameras)
+        if chunk is not None:
+            chunks.append(chunk)
+    if not chunks:
+        raise ValueError(f"demos={root}: no usable transitions in {reader.num_episodes} episode(s)")
+    n = sum(len(c["reward"]) for c in chunks)
+    demos = ReplayBuffer(capacity=n)
+    for c in chunks:
+        demos.add(c)
+    log.info("demos: %d transitions from %d LeRobot episodes in %s", n, len(chunks), root)
     return demos
