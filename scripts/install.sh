@@ -4,11 +4,11 @@
 # where one is), then rlinf-user with its simulator and test extras.
 #
 #   bash scripts/install.sh            # default extras: sim,test
-#   EXTRAS=sim,franka-sim,realsense,test bash scripts/install.sh
+#   EXTRAS=sim,franka-sim,realsense,teleop,test bash scripts/install.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-EXTRAS="${EXTRAS:-sim,franka-sim,realsense,test}"
+EXTRAS="${EXTRAS:-sim,franka-sim,realsense,teleop,test}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 PYTHON="${PYTHON:-python3}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -57,6 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     _env_args(edge)
     edge.add_argument("--duration", type=float, default=None, help="serve this many seconds, then exit")
 
+    tele = sub.add_parser(
+        "teleop",
+        help="drive a robot or simulator with a SpaceMouse/keyboard/gamepad and record demonstrations "
+        "(LeRobotDataset v3.0)",
+        epilog="Examples: `rlinf-user teleop --sim gym_hil dataset.root=demos/pick dataset.episodes=20`; "
+        "`rlinf-user teleop --robot franka env.edge.host=10.0.0.5 teleop=spacemouse dataset.root=demos/peg`; "
+        "`... teleop=keyboard`; `... dataset.resume=true` appends to an existing dataset.",
+    )
+    _env_args(tele)
+
     doc = sub.add_parser("doctor", help="check versions, devices, simulators and drivers; say how to fix")
     doc.add_argument("--robot", metavar="NAME", help="also check the robot PC: robot link, versions, "
                      "real-time, cameras, keys (franka)")
@@ -76,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     from rlinf_user.config.compose import ConfigError
     from rlinf_user.edge.daemon import EdgeStartError
     from rlinf_user.edge.security import AuthError
+    from rlinf_user.data.lerobot_format import DatasetError
+    from rlinf_user.robots.teleop.command import DeviceDisconnected
     from rlinf_user.runtime.trainer import RunError
 
     try:
@@ -91,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlinf_user.cli.edge import run_edge
 
             return run_edge(args, console)
+        if args.command == "teleop":
+            from rlinf_user.cli.teleop import run_teleop
+
+            return run_teleop(args, console)
         if args.command == "doctor":
             from rlinf_user.cli.doctor import run_doctor
 
@@ -98,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, FileExistsError) as err:
         console.print(f"[bold red]error:[/] {err}")
         return 2
+    except DatasetError as err:
+        console.print(f"[bold red]error:[/] {err}")
+        return 2
+    except DeviceDisconnected as err:
+        console.print(f"[bold red]error:[/] teleop device: {err}")
+        return 1
     except (EdgeStartError, AuthError) as err:
         console.print(f"[bold red]error:[/] {err}")
         return 1

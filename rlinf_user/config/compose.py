@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlinf_user.config.schema import RunConfig
 
 CONFIG_MODULE = "rlinf_user.configs"
-GROUPS = ("sim", "robot", "algo", "policy", "placement")
+GROUPS = ("sim", "robot", "algo", "policy", "placement", "teleop")
 
 
 class ConfigError(ValueError):

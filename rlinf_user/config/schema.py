@@ -116,12 +116,46 @@ class BufferConfig:
 
 
 @dataclass
+class TeleopConfig:
+    """A teleop device (``configs/teleop/``); fields a device does not use are ignored."""
+
+    device: str = "spacemouse"  # spacemouse | keyboard | gamepad
+    path: Any = None  # device node / hidraw path; None: the first one found
+    replay: str | None = None  # play a recorded device session instead of a live device
+    controls: str | None = None  # a second device for episode controls (e.g. keyboard)
+    rate_hz: float = 10.0  # teleop loop rate = dataset fps
+    translation_map: list[str] = field(default_factory=lambda: ["-y", "-x", "-z"])
+    rotation_map: list[str] = field(default_factory=lambda: ["-y", "-x", "-z"])
+    full_scale: float = 350.0
+    deadzone: float = 0.08
+    translation_gain: float = 1.0
+    rotation_gain: float = 1.0
+    buttons: Any = None
+    speed: float = 0.6
+    stick_range: list[int] = field(default_factory=lambda: [-32768, 32767])
+    trigger_range: list[int] = field(default_factory=lambda: [0, 1023])
+
+
+@dataclass
+class DatasetConfig:
+    """Where ``rlinf-user teleop`` / ``hg-dagger`` write episodes (LeRobotDataset v3.0)."""
+
+    root: str | None = None  # required by teleop: dataset.root=demos/pick
+    resume: bool = False  # append to an existing dataset
+    task: str | None = None  # the episodes' task text; default: the env task name
+    episodes: int = 50
+    crf: int = 18  # h264 quality (lower: better, bigger)
+
+
+@dataclass
 class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
+    teleop: TeleopConfig = field(default_factory=TeleopConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
     seed: int = 0
     total_env_steps: int = 100_000
     target_success: float | None = None  # stop early once evaluation reaches it

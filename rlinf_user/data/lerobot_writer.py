@@ -65,8 +65,12 @@ class LeRobotWriter:
         self.root = Path(root)
         self.crf = int(crf)
         self.recovered: list[str] = []
+        info_path = self.root / fmt.INFO_PATH
+        if info_path.exists() and json.loads(info_path.read_text()).get("total_episodes") == 0 and not any(
+            (self.root / d).exists() for d in ("data", "videos")
+        ):
+            resume = True  # a dataset created but never given an episode: reuse it
         if self.root.exists() and any(self.root.iterdir()):
-            info_path = self.root / fmt.INFO_PATH
             if not resume:
                 what = "a dataset" if info_path.exists() else "files"
                 raise fmt.DatasetError(

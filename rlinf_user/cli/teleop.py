@@ -1,0 +1,74 @@
+"""``rlinf-user teleop``: drive a robot or a simulator with a teleop device and record
+demonstrations as a LeRobotDataset v3.0."""
+
+from __future__ import annotations
+
+import logging
+
+from rich.table import Table
+
+from rlinf_user.config.compose import ConfigError, compose_config, to_yaml, validate
+
+log = logging.getLogger(__name__)
+
+
+def open_dataset(cfg, env, robot_type: str):
+    from rlinf_user.data import lerobot_format as fmt
+    from rlinf_user.data.lerobot_writer import LeRobotWriter
+
+    if not cfg.dataset.root:
+        raise ConfigError("missing required config value: dataset.root (where episodes go, e.g. dataset.root=demos/pick)")
+    space = env.observation_space
+    cameras = {k: tuple(v.shape[:2]) for k, v in space["images"].spaces.items()}
+    fps = int(round(cfg.teleop.rate_hz))
+    features = fmt.contract_features(int(space["state"].shape[0]), cameras, fps)
+    return LeRobotWriter(cfg.dataset.root, fps, features, robot_type=robot_type, resume=cfg.dataset.resume, crf=cfg.dataset.crf)
+
+
+def run_teleop(args, console) -> int:
+    cfg = compose_config(args.overrides, sim=args.sim, robot=args.robot)
+    validate(cfg)
+    if args.dry_run:
+        print(to_yaml(cfg), end="")
+        return 0
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.robots.teleop.factory import open_teleop
+    from rlinf_user.teleop.record import Recorder
+
+    env = make_env(cfg.env, seed=cfg.seed)
+    writer = None
+    device = None
+    try:
+        robot_type = args.robot or f"{cfg.env.backend}"
+        if not cfg.dataset.root:
+            open_dataset(cfg, env, robot_type)  # raises the missing-value error
+        device = open_teleop(cfg.teleop).start()  # before the dataset: a missing device creates nothing
+        writer = open_dataset(cfg, env, robot_type)
+        task = cfg.dataset.task or str(cfg.env.task)
+        console.print(
+            f"recording [bold]{cfg.dataset.episodes}[/] episode(s) of {cfg.env.backend}:{cfg.env.task} "
+            f"with the {cfg.teleop.device} into [bold]{writer.root}[/] ({writer.num_episodes} there already)"
+        )
+
+        def on_episode(r) -> None:
+            where = f"saved as episode {r.index}" if r.index is not None else "discarded"
+            console.print(f"  {r.outcome:<11} {r.steps:>4} steps  {r.seconds:6.1f} s  {where}")
+
+        rec = Recorder(env, device, writer, task, rate_hz=cfg.teleop.rate_hz, on_episode=on_episode)
+        stats = rec.run(cfg.dataset.episodes, seed=cfg.seed)
+    finally:
+        if device is not None:
+            device.close()
+        if writer is not None:
+            writer.close()
+        env.close()
+    table = Table(title="teleop session", show_header=False)
+    for k, v in stats.summary().items():
+        if v is not None:
+            table.add_row(k, str(v))
+    table.add_row("dataset", f"{writer.root} ({writer.num_episodes} episodes, {writer.num_frames} frames)")
+    console.print(table)
+    if stats.error:
+        console.print(f"[bold red]error:[/] {stats.error}")
+        return 1
+    return 0

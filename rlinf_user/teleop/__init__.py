@@ -1,0 +1,1 @@
+"""Human in the loop: demonstrations by teleoperation, gated interventions, HG-DAgger."""
