@@ -84,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         handlers=[RichHandler(console=console, show_path=False, rich_tracebacks=False)],
     )
     from rlinf_user.config.compose import ConfigError
+    from rlinf_user.data.lerobot_format import DatasetError
     from rlinf_user.edge.daemon import EdgeStartError
     from rlinf_user.edge.security import AuthError
-    from rlinf_user.data.lerobot_format import DatasetError
     from rlinf_user.robots.teleop.command import DeviceDisconnected
     from rlinf_user.runtime.trainer import RunError
 

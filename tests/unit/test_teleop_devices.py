@@ -6,7 +6,6 @@ import time
 
 import numpy as np
 import pytest
-
 from rlinf_user.robots.teleop.axes import axis_matrix, deadzone
 from rlinf_user.robots.teleop.command import DeviceDisconnected, TeleopCommand
 from rlinf_user.robots.teleop.device import QueueSource
@@ -14,7 +13,8 @@ from rlinf_user.robots.teleop.evdev_input import EV_ABS, EV_KEY, EV_SYN, pack_ev
 from rlinf_user.robots.teleop.factory import ReplaySource, load_evdev_recording, load_hid_recording
 from rlinf_user.robots.teleop.gamepad import Gamepad
 from rlinf_user.robots.teleop.keyboard import KEY, Keyboard
-from rlinf_user.robots.teleop.spacemouse import SpaceMouse, button_report, rotation_report, translation_report
+from rlinf_user.robots.teleop.spacemouse import SpaceMouse, button_report, translation_report
+
 from rlinf_user.teleop.gate import InterventionGate
 from rlinf_user.teleop.synthetic import SpaceMouseHand
 
