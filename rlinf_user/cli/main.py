@@ -67,6 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _env_args(tele)
 
+    hg = sub.add_parser(
+        "hg-dagger",
+        help="HG-DAgger: the policy acts, a person gates in with the teleop device and corrects; "
+        "the policy is retrained on demonstrations + corrections while the robot runs",
+        epilog="Examples: `rlinf-user hg-dagger --robot franka env.edge.host=10.0.0.5 demos=demos/pick "
+        "dataset.root=sessions/pick-1`; `rlinf-user hg-dagger --sim gym_hil env.kwargs.random_block_position=true "
+        "hg_dagger.synthetic_human=true` (a scripted supervisor, no device).",
+    )
+    _env_args(hg)
+
     doc = sub.add_parser("doctor", help="check versions, devices, simulators and drivers; say how to fix")
     doc.add_argument("--robot", metavar="NAME", help="also check the robot PC: robot link, versions, "
                      "real-time, cameras, keys (franka)")
@@ -107,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlinf_user.cli.teleop import run_teleop
 
             return run_teleop(args, console)
+        if args.command == "hg-dagger":
+            from rlinf_user.cli.hg_dagger import run_hg_dagger
+
+            return run_hg_dagger(args, console)
         if args.command == "doctor":
             from rlinf_user.cli.doctor import run_doctor
 

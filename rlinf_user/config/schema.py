@@ -148,6 +148,24 @@ class DatasetConfig:
 
 
 @dataclass
+class HGDaggerConfig:
+    """``rlinf-user hg-dagger``: rounds of policy-acts/human-corrects episodes."""
+
+    rounds: int = 5
+    episodes_per_round: int = 10
+    eval_episodes: int = 0  # hands-off episodes per round: autonomous success per version
+    ramp_steps: int = 3  # hand-over/hand-back blend length (steps)
+    warmup_updates: int = 500  # BC updates on the demonstrations before the robot moves
+    lr: float = 1e-3
+    batch_size: int = 256
+    updates_per_s: float = 300.0  # learner rate cap (keeps a core for the control side)
+    publish_every: int = 50  # updates between published policy versions
+    # a scripted supervisor on a simulated SpaceMouse instead of a person (gym_hil pick)
+    synthetic_human: bool = False
+    synthetic_demos: int = 4  # demonstrations the synthetic human records first (when no demos=)
+
+
+@dataclass
 class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -156,6 +174,7 @@ class RunConfig:
     buffer: BufferConfig = field(default_factory=BufferConfig)
     teleop: TeleopConfig = field(default_factory=TeleopConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    hg_dagger: HGDaggerConfig = field(default_factory=HGDaggerConfig)
     seed: int = 0
     total_env_steps: int = 100_000
     target_success: float | None = None  # stop early once evaluation reaches it

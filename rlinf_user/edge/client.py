@@ -94,10 +94,24 @@ class EdgeClient:
 
     # -- requests ------------------------------------------------------------------
     def send(self, kind: str, body: dict | None = None, arrays: dict | None = None) -> int:
+        """Queue a request. Never blocks longer than the client timeout: a DEALER whose
+        connection is down (refused handshake, daemon gone) has nowhere to queue it."""
         with self._lock:
             self._rid += 1
-            self.sock.send_multipart(encode(Message(kind, self._rid, body or {}, arrays or {})),
-                                     copy=False)  # fmt: skip
+            frames = encode(Message(kind, self._rid, body or {}, arrays or {}))
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                try:
+                    self.sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                    break
+                except zmq.Again:
+                    self._check_monitor()
+                    if time.monotonic() > deadline:
+                        raise EdgeTimeout(
+                            f"cannot send to the edge daemon at {self.host}:{self.port}: no connection "
+                            f"within {self.timeout_s:.1f} s"
+                        ) from None
+                    self.sock.poll(50, zmq.POLLOUT)
             self._last_sent = time.monotonic()
             return self._rid
 
@@ -115,7 +129,10 @@ class EdgeClient:
                     )
                 if time.monotonic() - self._last_sent > self.heartbeat_s:
                     # a long request (homing) must not look like a dead client to the daemon
-                    self.sock.send_multipart(encode(Message("ping", 0)), flags=zmq.NOBLOCK)
+                    try:
+                        self.sock.send_multipart(encode(Message("ping", 0)), flags=zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass  # no connection right now; the deadline still applies
                     self._last_sent = time.monotonic()
                 if not self.sock.poll(min(remaining, self.heartbeat_s / 2, 0.1) * 1e3):
                     self._check_monitor()
@@ -140,8 +157,12 @@ class EdgeClient:
             return self.wait(self.send(kind, body, arrays), timeout_s)
 
     def hello(self, timeout_s: float | None = None) -> dict[str, Any]:
-        msg = self.request("hello", {"client": self.client_name, "session": self.session,
-                                     "protocol": PROTOCOL_VERSION}, timeout_s=timeout_s)  # fmt: skip
+        try:
+            msg = self.request("hello", {"client": self.client_name, "session": self.session,
+                                         "protocol": PROTOCOL_VERSION}, timeout_s=timeout_s)  # fmt: skip
+        except AuthError:
+            self.close(say_bye=False)  # refused for good: release the sockets and the thread
+            raise
         self.spec = dict(msg.body)
         return self.spec
 
@@ -180,6 +201,8 @@ class EdgeClient:
                 self._lock.release()
 
     def close(self, say_bye: bool = True) -> None:
+        if self._stop.is_set():
+            return  # already closed
         self._stop.set()
         self._beat.join(1)
         with self._lock:

@@ -61,7 +61,7 @@ class SyntheticHuman:
         self,
         hand: SpaceMouseHand,
         expert: Callable[[dict], np.ndarray],
-        gate: Callable[[dict, np.ndarray], bool] | None = None,
+        gate: Callable[[dict, np.ndarray, np.ndarray | None], bool] | None = None,
     ):
         self.hand = hand
         self.expert = expert
@@ -71,11 +71,13 @@ class SyntheticHuman:
         """A new episode: the expert starts over, hands off the device."""
         if hasattr(self.expert, "reset"):
             self.expert.reset()
+        if hasattr(self.gate, "reset"):
+            self.gate.reset()
         self.hand.move(np.zeros(6))
 
-    def __call__(self, obs: dict) -> None:
+    def __call__(self, obs: dict, policy_action: np.ndarray | None = None) -> None:
         want = self.expert(obs)
-        engage = True if self.gate is None else bool(self.gate(obs, want))
+        engage = True if self.gate is None else bool(self.gate(obs, want, policy_action))
         if self.gate is not None:
             self.hand.set_engaged(engage)
         if engage:
@@ -85,42 +87,81 @@ class SyntheticHuman:
             self.hand.move(np.zeros(6))  # hands off the cap
 
 
-class PickCubeExpert:
-    """Scripted pick for gym_hil's PandaPickCube (state: tcp at 15:18, block at 18:21):
-    above the block, down, close, lift. Contract action, translation scaled by ``step``."""
+class DeviationRule:
+    """When a supervising person takes over: for ``patience`` steps in a row the policy
+    proposes to move the tool somewhere they would not (cosine similarity of the
+    translations below ``min_cos`` while they want to move) or to open/close the gripper
+    against their intent. They keep control at least ``min_control`` steps and hand back
+    once the policy's proposal agrees with them again."""
 
-    def __init__(self, step: float = 0.025, grasp_dz: float = 0.0):
-        self.step = step
-        self.grasp_dz = grasp_dz
+    def __init__(self, min_cos: float = 0.0, patience: int = 3, min_control: int = 10, min_motion: float = 0.5):
+        self.min_cos, self.patience, self.min_control, self.min_motion = min_cos, patience, min_control, min_motion
         self.reset()
 
     def reset(self) -> None:
-        self.phase = 0
-        self.closing = 0
+        self.engaged = False
+        self.bad = 0
+        self.held = 0
+
+    def disagrees(self, want: np.ndarray, policy_action: np.ndarray) -> bool:
+        w, p = np.asarray(want, np.float64), np.asarray(policy_action, np.float64)
+        if np.sign(w[6]) != np.sign(p[6]):
+            return True
+        nw, np_ = np.linalg.norm(w[:3]), np.linalg.norm(p[:3])
+        if nw < self.min_motion:
+            return False  # small corrections are not worth taking over for
+        return np_ < 0.1 * nw or float(w[:3] @ p[:3]) / (nw * np_) < self.min_cos
+
+    def __call__(self, obs: dict, want: np.ndarray, policy_action: np.ndarray | None) -> bool:
+        if policy_action is None:
+            return True
+        bad = self.disagrees(want, policy_action)
+        if self.engaged:
+            self.held += 1
+            if self.held >= self.min_control and not bad:
+                self.engaged, self.bad = False, 0
+        else:
+            self.bad = self.bad + 1 if bad else 0
+            if self.bad >= self.patience:
+                self.engaged, self.held = True, 0
+        return self.engaged
+
+
+class PickCubeExpert:
+    """Scripted pick for gym_hil's PandaPickCube, a function of the state alone (so its
+    labels are consistent wherever the policy leaves the robot): state = ..., gripper
+    command (14, 0 open .. 1 closed), TCP (15:18), block (18:21). Above the block with the
+    gripper open, down, close, lift; a missed or dropped block is released and retried."""
+
+    def __init__(self, step: float = 0.025, grasp_dz: float = 0.0, block_z0: float | None = None):
+        self.step = step
+        self.grasp_dz = grasp_dz
+        self.block_z0 = block_z0  # resting height of the block; learned from the first state seen
+
+    def reset(self) -> None:
+        pass
 
     def __call__(self, obs: dict) -> np.ndarray:
         s = obs["state"]
-        tcp, block = s[15:18], s[18:21]
+        closed = float(s[14]) > 0.5
+        tcp, block = np.asarray(s[15:18], np.float64), np.asarray(s[18:21], np.float64)
+        if self.block_z0 is None:
+            self.block_z0 = float(block[2])
         a = np.zeros(7, np.float32)
-        a[6] = -1.0
-        if self.phase == 0:
-            target = block + [0.0, 0.0, 0.06]
-            if np.linalg.norm(target - tcp) < 0.01:
-                self.phase = 1
-        if self.phase == 1:
-            target = block + [0.0, 0.0, self.grasp_dz]
-            if np.linalg.norm(target - tcp) < 0.008:
-                self.phase = 2
-        if self.phase == 2:
-            target = block + [0.0, 0.0, self.grasp_dz]
-            a[6] = 1.0
-            self.closing += 1
-            if self.closing > 4:
-                self.phase = 3
-        if self.phase == 3:
-            target = tcp + [0.0, 0.0, 0.1]
-            a[6] = 1.0
-            if np.linalg.norm(block[:2] - tcp[:2]) > 0.03 or block[2] < tcp[2] - 0.05:  # dropped it
-                self.reset()
+        xy_err = float(np.linalg.norm(block[:2] - tcp[:2]))
+        grasp = block + [0.0, 0.0, self.grasp_dz]
+        lifted = block[2] > self.block_z0 + 0.01
+        if closed and (lifted or (xy_err < 0.01 and abs(tcp[2] - grasp[2]) < 0.012)):
+            target, a[6] = tcp + [0.0, 0.0, 0.1], 1.0  # holding it: lift
+        elif closed:
+            target, a[6] = tcp + [0.0, 0.0, 0.05], -1.0  # closed on nothing: open and back off
+        elif xy_err > 0.008:
+            target, a[6] = block + [0.0, 0.0, 0.06], -1.0  # line up above it
+            if tcp[2] < block[2] + 0.04:
+                target = np.array([tcp[0], tcp[1], block[2] + 0.06])  # clear the block first
+        elif tcp[2] - grasp[2] > 0.006:
+            target, a[6] = grasp, -1.0  # straight down
+        else:
+            target, a[6] = grasp, 1.0  # at the block: close
         a[:3] = np.clip((target - tcp) / self.step, -1.0, 1.0)
         return a

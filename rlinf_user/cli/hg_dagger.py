@@ -1,0 +1,182 @@
+"""``rlinf-user hg-dagger``: the policy acts, a person gates in and corrects, the policy is
+retrained on demonstrations + corrections while the robot keeps running."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import logging
+import os
+
+from rich.table import Table
+
+from rlinf_user.config.compose import ConfigError, compose_config, to_yaml, validate
+
+log = logging.getLogger(__name__)
+
+
+def run_hg_dagger(args, console) -> int:
+    cfg = compose_config(args.overrides, sim=args.sim, robot=args.robot)
+    validate(cfg)
+    h = cfg.hg_dagger
+    if not cfg.demos and not h.synthetic_human:
+        raise ConfigError("hg-dagger starts from demonstrations: give demos=<LeRobot dataset> (record them with `rlinf-user teleop`)")
+    if h.rounds < 1 or h.episodes_per_round < 1:
+        raise ConfigError("hg_dagger.rounds and hg_dagger.episodes_per_round must be >= 1")
+    if h.synthetic_human and not (cfg.env.backend == "gym_hil" and "PickCube" in str(cfg.env.task)):
+        raise ConfigError("hg_dagger.synthetic_human=true drives gym_hil's PandaPickCube only")
+    if args.dry_run:
+        print(to_yaml(cfg), end="")
+        return 0
+
+    import numpy as np
+    import ray
+    import torch
+
+    from rlinf_user.algorithms.sac import build_policy
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.rundir import attach_log_file, create_run_dir
+    from rlinf_user.runtime.bc_learner import BCLearner
+    from rlinf_user.runtime.env_worker import env_spec
+    from rlinf_user.runtime.trainer import check_demos
+    from rlinf_user.runtime.weights import WeightStore, WeightSubscriber
+    from rlinf_user.teleop.hg_dagger import HGDaggerSession, round_summary, version_summary
+
+    run_dir = create_run_dir(cfg)
+    attach_log_file(run_dir)
+    console.print(f"run directory: [bold]{run_dir}[/]")
+    torch.set_num_threads(1)
+    env = make_env(cfg.env, seed=cfg.seed)
+    spec = env_spec(env)
+    device = writer = None
+    human = None
+    started_ray = False
+    try:
+        if h.synthetic_human:
+            device, human, demo_states, demo_actions = _synthetic_setup(env, spec, cfg, console, run_dir)
+        else:
+            from rlinf_user.data.lerobot_reader import LeRobotReader
+            from rlinf_user.robots.teleop.factory import open_teleop
+
+            check_demos(cfg.demos, spec)
+            reader = LeRobotReader(cfg.demos)
+            eps = list(reader.episodes(images=False))
+            demo_states = np.concatenate([e.columns["observation.state"] for e in eps])
+            demo_actions = np.concatenate([e.columns["action"] for e in eps])
+            device = open_teleop(cfg.teleop).start()
+        if cfg.dataset.root:
+            from rlinf_user.cli.teleop import open_dataset
+
+            writer = open_dataset(cfg, env, args.robot or cfg.env.backend)
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            ray.init(num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False, log_to_driver=True)
+            started_ray = True
+        store = ray.remote(WeightStore).options(num_cpus=0).remote()
+        learner = (
+            ray.remote(BCLearner)
+            .options(num_cpus=1)
+            .remote(cfg.policy, spec, store, h.batch_size, h.lr, h.publish_every, cfg.seed)
+        )
+        ray.get(learner.add.remote(demo_states, demo_actions, 0))
+        console.print(f"behaviour cloning on {len(demo_states)} demonstration steps ({h.warmup_updates} updates)")
+        ray.get(learner.train.remote(h.warmup_updates))
+        ray.get(learner.publish.remote())
+        policy = build_policy(cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"])
+        sub = WeightSubscriber(store, policy)
+        sub.sync()
+        ray.get(learner.start.remote(h.updates_per_s))
+
+        def on_episode(e) -> None:
+            console.print(
+                f"  round {e.round} {e.kind:<6} v{e.policy_version:<4} {e.steps:>4} steps  "
+                f"intervened {e.intervention_rate:5.0%} ({e.takeovers} take-overs)  "
+                f"{'success' if e.success else 'failure'}"
+            )
+
+        session = HGDaggerSession(
+            env, device, policy, sub, learner, spec, writer=writer, task=cfg.dataset.task or str(cfg.env.task),
+            ramp_steps=h.ramp_steps, rate_hz=cfg.teleop.rate_hz, human=human, on_episode=on_episode,
+        )  # fmt: skip
+        error = None
+        try:
+            session.run(h.rounds, h.episodes_per_round, h.eval_episodes, seed=cfg.seed)
+        except Exception as exc:  # a lost device: what was recorded is kept, the summary still written
+            from rlinf_user.robots.teleop.command import DeviceDisconnected
+
+            if not isinstance(exc, DeviceDisconnected):
+                raise
+            error = f"teleop device lost: {exc}"
+        learner_stats = ray.get(learner.stop.remote())
+        state = ray.get(learner.state_dict.remote())
+        torch.save(state, run_dir / "policy.pt")
+    finally:
+        if device is not None:
+            device.close()
+        if writer is not None:
+            writer.close()
+        env.close()
+        if started_ray:
+            ray.shutdown()
+    rounds = round_summary(session.log)
+    summary = {
+        "rounds": rounds,
+        "per_policy_version": version_summary(session.log),
+        "learner": learner_stats,
+        "error": error,
+    }
+    (run_dir / "hg_dagger.json").write_text(json.dumps(summary, indent=2, default=str))
+    with open(run_dir / "episodes.csv", "w", newline="") as f:
+        rows = [dataclasses.asdict(e) for e in session.log]
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["round"])
+        w.writeheader()
+        w.writerows(rows)
+    table = Table(title="HG-DAgger session")
+    for col in ("round", "episodes", "intervention rate", "take-overs", "autonomous success"):
+        table.add_column(col)
+    for r in rounds:
+        auto = "-" if r["autonomous_success"] is None else f"{r['autonomous_success']:.0%} of {r['autonomous_episodes']}"
+        table.add_row(str(r["round"]), str(r["episodes"]), f"{r['intervention_rate']:.0%}", str(r["takeovers"]), auto)
+    console.print(table)
+    console.print(
+        f"learner: {learner_stats['updates']} updates, {learner_stats['samples']} samples "
+        f"({learner_stats['corrections']} corrections), last version {learner_stats['version']}; "
+        f"policy saved to {run_dir / 'policy.pt'}"
+    )
+    if error:
+        console.print(f"[bold red]error:[/] {error}")
+        return 1
+    return 0
+
+
+def _synthetic_setup(env, spec, cfg, console, run_dir):
+    """A scripted supervisor on a simulated SpaceMouse; its demonstrations come first."""
+    import numpy as np
+
+    from rlinf_user.data import lerobot_format as fmt
+    from rlinf_user.data.lerobot_reader import LeRobotReader
+    from rlinf_user.data.lerobot_writer import LeRobotWriter
+    from rlinf_user.robots.teleop.device import QueueSource
+    from rlinf_user.robots.teleop.spacemouse import SpaceMouse
+    from rlinf_user.teleop.record import Recorder
+    from rlinf_user.teleop.synthetic import DeviationRule, PickCubeExpert, SpaceMouseHand, SyntheticHuman
+
+    device = SpaceMouse(QueueSource())
+    hand = SpaceMouseHand(device)
+    if cfg.demos:
+        reader = LeRobotReader(cfg.demos)
+    else:
+        root = run_dir / "synthetic_demos"
+        writer = LeRobotWriter(root, 10, fmt.contract_features(spec["state_dim"], {}, 10))
+        n = int(cfg.hg_dagger.synthetic_demos)
+        Recorder(env, device, writer, "pick", rate_hz=0, before_step=SyntheticHuman(hand, PickCubeExpert())).run(
+            n, seed=cfg.seed + 10_000
+        )
+        console.print(f"synthetic human recorded {n} demonstrations in {root}")
+        reader = LeRobotReader(root)
+    eps = list(reader.episodes(images=False))
+    states = np.concatenate([e.columns["observation.state"] for e in eps])
+    actions = np.concatenate([e.columns["action"] for e in eps])
+    human = SyntheticHuman(hand, PickCubeExpert(), DeviationRule())
+    return device, human, states, actions

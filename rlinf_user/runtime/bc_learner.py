@@ -1,0 +1,136 @@
+"""HG-DAgger's learner role: aggregates labelled samples (demonstrations + human
+corrections) and retrains the policy continuously on its own thread, publishing
+versioned weights that the acting side picks up between steps, never waiting for them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlinf_user.algorithms.bc import BC
+from rlinf_user.algorithms.sac import build_policy
+from rlinf_user.runtime.weights import to_numpy_state
+
+log = logging.getLogger(__name__)
+
+
+class BCLearner:
+    def __init__(
+        self,
+        policy_cfg: Any,
+        spec: dict[str, Any],
+        weight_store: Any,
+        batch_size: int = 256,
+        lr: float = 1e-3,
+        publish_every: int = 100,
+        seed: int = 0,
+        threads: int = 1,
+    ):
+        torch.manual_seed(seed)
+        torch.set_num_threads(threads)
+        self.spec = spec
+        self.active = list(spec["active_dims"])
+        self.policy = build_policy(policy_cfg, spec["state_dim"], spec["cameras"], spec["action_dim"])
+        self.bc = BC(self.policy, lr=lr)
+        self.weight_store = weight_store
+        self.batch_size = batch_size
+        self.publish_every = publish_every
+        self.rng = np.random.default_rng(seed)
+        self.states: list[np.ndarray] = []
+        self.labels: list[np.ndarray] = []
+        self.sources: list[np.ndarray] = []  # 0: demonstration, 1: correction
+        self.lock = threading.Lock()
+        self.version = -1
+        self.last_loss = float("nan")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ data
+    def add(self, states: np.ndarray, actions: np.ndarray, source: int = 1) -> int:
+        """Aggregate labelled samples; ``actions`` are 7-D contract actions."""
+        states = np.asarray(states, np.float32)
+        labels = np.asarray(actions, np.float32)[:, self.active]
+        if states.ndim != 2 or states.shape[1] != self.spec["state_dim"] or len(states) != len(labels):
+            raise ValueError(f"samples of shape {states.shape} / {labels.shape} do not fit state_dim {self.spec['state_dim']}")
+        if not (np.isfinite(states).all() and np.isfinite(labels).all()):
+            raise ValueError("NaN/Inf in labelled samples; nothing was added")
+        with self.lock:
+            self.states.append(states)
+            self.labels.append(labels)
+            self.sources.append(np.full(len(states), source, np.int8))
+            return self.size()
+
+    def size(self) -> int:
+        return int(sum(len(s) for s in self.states))
+
+    def _batch(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        with self.lock:
+            if len(self.states) > 1:
+                self.states = [np.concatenate(self.states)]
+                self.labels = [np.concatenate(self.labels)]
+                self.sources = [np.concatenate(self.sources)]
+            s, a = self.states[0], self.labels[0]
+        idx = self.rng.integers(0, len(s), size=min(self.batch_size, max(len(s), 1)))
+        return {"state": torch.from_numpy(s[idx]), "images": {}}, torch.from_numpy(a[idx])
+
+    # ------------------------------------------------------------ training
+    def train(self, updates: int) -> dict[str, Any]:
+        for _ in range(updates):
+            if self.size() == 0:
+                break
+            obs, target = self._batch()
+            self.last_loss = self.bc.update(obs, target)
+            if self.bc.num_updates % self.publish_every == 0:
+                self.publish()
+        return self.stats()
+
+    def publish(self) -> int:
+        import ray
+
+        self.version += 1
+        ref = ray.put(to_numpy_state(self.policy.state_dict()))
+        ray.get(self.weight_store.publish.remote(self.version, [ref]))
+        return self.version
+
+    def start(self, max_updates_per_s: float = 200.0) -> None:
+        """Train continuously on a thread (rate-capped so a small machine keeps a core)."""
+
+        def loop() -> None:
+            period = 1.0 / max_updates_per_s if max_updates_per_s > 0 else 0.0
+            while not self._stop.is_set():
+                if self.size() == 0:
+                    time.sleep(0.05)
+                    continue
+                t = time.monotonic()
+                self.train(1)
+                rest = period - (time.monotonic() - t)
+                if rest > 0:
+                    time.sleep(rest)
+
+        self._thread = threading.Thread(target=loop, name="bc-learner", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return self.stats()
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            src = np.concatenate(self.sources) if self.sources else np.zeros(0, np.int8)
+        return {
+            "updates": self.bc.num_updates,
+            "version": self.version,
+            "samples": int(len(src)),
+            "corrections": int((src == 1).sum()),
+            "loss": self.last_loss,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "updates": self.bc.num_updates, "version": self.version}

@@ -1,0 +1,205 @@
+"""HG-DAgger sessions: the policy acts, a person gates in and corrects, the corrections are
+aggregated with the demonstrations and the policy is retrained while the robot keeps going.
+
+Acting side (this process, next to the env/robot): every step the newest published
+policy proposes an action, the teleop device is read, and the :class:`InterventionGate`
+decides who acts (ramped hand-over). Every step is recorded (LeRobotDataset, with
+``intervention`` and ``policy_version``) and every step the human controlled is sent to
+the learner as a label. Learner side (a Ray actor, :class:`BCLearner`): trains
+continuously on demonstrations + corrections and publishes versions; the acting side
+applies them between steps without waiting.
+
+Evaluation episodes (``eval_episodes`` per round) run the policy with the human's hands
+off, which measures autonomous success per policy version; without them, autonomous
+success is counted on episodes in which nobody intervened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlinf_user.robots.teleop.command import DeviceDisconnected
+from rlinf_user.teleop.gate import InterventionGate
+from rlinf_user.teleop.record import Pacer, frame_values
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class EpisodeLog:
+    round: int
+    episode: int
+    kind: str  # "dagger" (human may intervene) | "eval" (hands off)
+    policy_version: int  # in effect at the episode start
+    steps: int
+    intervention_steps: int
+    takeovers: int
+    success: bool
+    wall_s: float
+    dataset_index: int | None = None
+
+    @property
+    def intervention_rate(self) -> float:
+        return self.intervention_steps / max(self.steps, 1)
+
+
+class HGDaggerSession:
+    def __init__(
+        self,
+        env,
+        device,
+        policy,
+        subscriber,
+        learner,
+        spec: dict[str, Any],
+        writer=None,
+        task: str = "",
+        ramp_steps: int = 3,
+        rate_hz: float = 10.0,
+        human: Callable | None = None,
+        on_episode: Callable[[EpisodeLog], None] | None = None,
+    ):
+        self.env = env
+        self.device = device
+        self.policy = policy
+        self.subscriber = subscriber
+        self.learner = learner
+        self.spec = spec
+        self.writer = writer
+        self.task = task
+        self.gate = InterventionGate(ramp_steps)
+        self.rate_hz = rate_hz
+        self.human = human  # a scripted human: called with (obs, policy_action) before each read
+        self.on_episode = on_episode
+        self.log: list[EpisodeLog] = []
+        self.cameras = list(env.observation_space["images"].spaces)
+
+    def policy_action(self, obs: dict) -> np.ndarray:
+        state = torch.as_tensor(obs["state"][None])
+        images = {k: torch.as_tensor(v[None]) for k, v in obs["images"].items()}
+        with torch.no_grad():
+            a = self.policy.act({"state": state, "images": images}, deterministic=True).numpy()[0]
+        full = np.zeros(self.spec["contract_action_dim"], np.float32)
+        full[self.spec["active_dims"]] = a
+        return full
+
+    def episode(self, round_: int, index: int, kind: str, seed: int | None) -> EpisodeLog:
+        obs, _ = self.env.reset(seed=seed)
+        self.gate.reset()
+        self.device.release()
+        if self.human is not None and hasattr(self.human, "reset"):
+            self.human.reset()
+        self.subscriber.poll()
+        version = self.subscriber.version
+        takeovers0 = self.gate.takeovers
+        labels_s, labels_a = [], []
+        steps = interventions = 0
+        success = False
+        t0 = time.monotonic()
+        pacer = Pacer(self.rate_hz)
+        lost = None
+        while True:
+            self.subscriber.poll()  # never blocks: new weights are applied between steps
+            pa = self.policy_action(obs)
+            if kind == "dagger" and self.human is not None:
+                self.human(obs, pa)
+            try:
+                cmd = self.device.read()
+            except DeviceDisconnected as exc:
+                lost = exc
+                break
+            if kind == "eval":
+                cmd.engaged = False  # hands off: the policy alone
+            d = self.gate.step(pa, cmd, self.device)
+            next_obs, reward, terminated, truncated, info = self.env.step(d.action)
+            success = bool(info.get("success", False))
+            if self.writer is not None:
+                self.writer.add_frame(
+                    frame_values(obs, d.action, reward, terminated, truncated, success, d.intervention, self.subscriber.version),
+                    {c: obs["images"][c] for c in self.cameras},
+                )
+            if d.intervention:
+                interventions += 1
+                if d.alpha >= 1.0:  # fully the human's action: a clean label
+                    labels_s.append(obs["state"])
+                    labels_a.append(d.human_action)
+            steps += 1
+            obs = next_obs
+            if terminated or truncated:
+                break
+            pacer.wait()
+        if labels_s:
+            self.learner.add.remote(np.stack(labels_s), np.stack(labels_a), 1)
+        idx = None
+        if self.writer is not None and steps:
+            if lost is not None:
+                self.writer.update_last_frame(**{"next.done": True, "next.truncated": True})
+            outcome = "device_lost" if lost else ("success" if success else "failure")
+            idx = self.writer.save_episode(
+                self.task,
+                extra={"success": success, "outcome": outcome, "hg_dagger_kind": kind, "round": round_},
+            )
+        entry = EpisodeLog(
+            round_, index, kind, version, steps, interventions, self.gate.takeovers - takeovers0, success,
+            time.monotonic() - t0, idx,
+        )  # fmt: skip
+        self.log.append(entry)
+        if self.on_episode:
+            self.on_episode(entry)
+        if lost is not None:
+            raise lost
+        return entry
+
+    def run(self, rounds: int, episodes_per_round: int, eval_episodes: int = 0, seed: int = 0) -> list[EpisodeLog]:
+        n = 0
+        for r in range(rounds):
+            for _ in range(episodes_per_round):
+                self.episode(r, n, "dagger", seed + n)
+                n += 1
+            for _ in range(eval_episodes):
+                self.episode(r, n, "eval", seed + 100_000 + n)
+                n += 1
+        return self.log
+
+
+def round_summary(log: list[EpisodeLog]) -> list[dict[str, Any]]:
+    """Per round: intervention rate (human-controlled steps / steps on dagger episodes) and
+    autonomous success (eval episodes, else dagger episodes nobody intervened in)."""
+    out = []
+    for r in sorted({e.round for e in log}):
+        dag = [e for e in log if e.round == r and e.kind == "dagger"]
+        ev = [e for e in log if e.round == r and e.kind == "eval"]
+        auto = ev if ev else [e for e in dag if e.intervention_steps == 0]
+        out.append(
+            {
+                "round": r,
+                "episodes": len(dag),
+                "intervention_rate": round(sum(e.intervention_steps for e in dag) / max(1, sum(e.steps for e in dag)), 4),
+                "takeovers": sum(e.takeovers for e in dag),
+                "dagger_success": round(float(np.mean([e.success for e in dag])), 4) if dag else None,
+                "autonomous_success": round(float(np.mean([e.success for e in auto])), 4) if auto else None,
+                "autonomous_episodes": len(auto),
+                "policy_versions": sorted({e.policy_version for e in log if e.round == r}),
+            }
+        )
+    return out
+
+
+def version_summary(log: list[EpisodeLog]) -> dict[int, dict[str, Any]]:
+    """Autonomous success per policy version (eval episodes and intervention-free ones)."""
+    out: dict[int, dict[str, Any]] = {}
+    for e in log:
+        if e.kind == "eval" or e.intervention_steps == 0:
+            d = out.setdefault(e.policy_version, {"episodes": 0, "successes": 0})
+            d["episodes"] += 1
+            d["successes"] += int(e.success)
+    for d in out.values():
+        d["success_rate"] = round(d["successes"] / d["episodes"], 4)
+    return out
