@@ -100,6 +100,38 @@ def robosuite_env_check() -> Check:
                  "bash scripts/install_robosuite_env.sh")
 
 
+def check_teleop() -> list[Check]:
+    """SpaceMouse over HID and input-event devices (keyboard, gamepad) for teleop."""
+    out = []
+    try:
+        import hid  # noqa: F401
+    except ImportError:
+        out.append(Check("SpaceMouse (hidapi)", "missing", "hidapi not installed", "pip install -e '.[teleop]'"))
+    else:
+        from rlinf_user.robots.teleop.spacemouse import list_spacemice
+
+        mice = list_spacemice()
+        if mice:
+            out.append(Check("SpaceMouse (hidapi)", "ok", ", ".join(m["product"] for m in mice)))
+        else:
+            out.append(Check("SpaceMouse (hidapi)", "warn", "none plugged in (or its hidraw node is not readable)",
+                             "plug it in; allow access with a udev rule, e.g. "
+                             'KERNEL=="hidraw*", ATTRS{idVendor}=="256f", MODE="0666"'))
+    import glob
+    import os
+
+    nodes = glob.glob("/dev/input/event*")
+    readable = [n for n in nodes if os.access(n, os.R_OK)]
+    if not nodes:
+        out.append(Check("keyboard/gamepad (evdev)", "warn", "no /dev/input/event* devices on this machine"))
+    elif not readable:
+        out.append(Check("keyboard/gamepad (evdev)", "warn", f"{len(nodes)} input devices, none readable",
+                         "sudo usermod -aG input $USER (then log in again)"))
+    else:
+        out.append(Check("keyboard/gamepad (evdev)", "ok", f"{len(readable)} readable input devices"))
+    return out
+
+
 def run_checks() -> list[Check]:
     """Versions, devices, simulators and drivers of this machine (robot PC checks:
     :func:`run_robot_checks`)."""
@@ -123,6 +155,7 @@ def run_checks() -> list[Check]:
         _package("franky-sim (Franka simulator)", "franky-sim", "pip install -e '.[franka-sim]'"),
         _package("pyrealsense2", "pyrealsense2", "pip install -e '.[realsense]' (and apt libusb-1.0-0)"),
         check_pyzed(),
+        *check_teleop(),
     ]
     return checks
 
