@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from rlinf_user.policies.layers import BatchRenorm, EnsembleLinear
 from torch import nn
+
+from rlinf_user.policies.layers import BatchRenorm, EnsembleLinear
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = False) -> nn.Sequential:

@@ -30,7 +30,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from rlinf_user.sims.vulkan import FIX_MESSAGE, ensure_vulkan
 
 from rlinf_user.env.base import ContractEnv
 from rlinf_user.env.contract import (
@@ -41,6 +40,7 @@ from rlinf_user.env.contract import (
     observation_space,
 )
 from rlinf_user.env.vector import index_obs
+from rlinf_user.sims.vulkan import FIX_MESSAGE, ensure_vulkan
 
 logger = logging.getLogger(__name__)
 

@@ -64,7 +64,7 @@ def run_hg_dagger(args, console) -> int:
             eps = list(reader.episodes(images=False))
             demo_states = np.concatenate([e.columns["observation.state"] for e in eps])
             demo_actions = np.concatenate([e.columns["action"] for e in eps])
-            device = open_teleop(cfg.teleop).start()
+            device = open_teleop(cfg.teleop)
         if cfg.dataset.root:
             from rlinf_user.cli.teleop import open_dataset
 
@@ -87,6 +87,8 @@ def run_hg_dagger(args, console) -> int:
         sub = WeightSubscriber(store, policy)
         sub.sync()
         ray.get(learner.start.remote(h.updates_per_s))
+        if not h.synthetic_human and not device.started:
+            device.start()
 
         def on_episode(e) -> None:
             console.print(

@@ -42,7 +42,7 @@ def run_teleop(args, console) -> int:
         robot_type = args.robot or f"{cfg.env.backend}"
         if not cfg.dataset.root:
             open_dataset(cfg, env, robot_type)  # raises the missing-value error
-        device = open_teleop(cfg.teleop).start()  # before the dataset: a missing device creates nothing
+        device = open_teleop(cfg.teleop)  # before the dataset: a missing device creates nothing
         writer = open_dataset(cfg, env, robot_type)
         task = cfg.dataset.task or str(cfg.env.task)
         console.print(

@@ -139,6 +139,8 @@ class Recorder:
     def episode(self, seed: int | None = None) -> EpisodeResult:
         while True:  # re-record loops here
             obs, _ = self.env.reset(seed=seed)
+            if not self.device.started and self.before_step is None:
+                self.device.start()  # device input counts from when the robot is ready
             self.device.release()
             self.device.set_gripper(False)
             self._gripper = -1.0

@@ -37,6 +37,7 @@ import time
 from typing import Any
 
 import numpy as np
+
 from rlinf_user.robots.cameras.base import (
     Camera,
     CameraConfig,

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+
 from rlinf_user.robots.cameras.base import (
     Camera,
     CameraConfig,

@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 import numpy as np
+
 from rlinf_user.robots.teleop.command import DeviceDisconnected, TeleopCommand, now
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,10 @@ class TeleopDevice(abc.ABC):
         self.reports = 0
 
     # ---------------------------------------------------------------- lifecycle
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
     def start(self) -> TeleopDevice:
         self._thread = threading.Thread(target=self._run, name=f"teleop-{self.name}", daemon=True)
         self._thread.start()

@@ -126,6 +126,10 @@ class CombinedDevice(TeleopDevice):
         self.main, self.controls = main, controls
         self.kind = main.kind
 
+    @property
+    def started(self) -> bool:
+        return self.main.started
+
     def start(self) -> CombinedDevice:
         self.main.start()
         self.controls.start()

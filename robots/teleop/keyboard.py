@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+
 from rlinf_user.robots.teleop.device import Source, TeleopDevice
 from rlinf_user.robots.teleop.evdev_input import EV_KEY, parse_events
 

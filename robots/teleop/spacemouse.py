@@ -22,6 +22,7 @@ import struct
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
 from rlinf_user.robots.teleop.axes import axis_matrix, deadzone
 from rlinf_user.robots.teleop.command import DeviceDisconnected
 from rlinf_user.robots.teleop.device import Source, TeleopDevice

@@ -23,10 +23,10 @@ from contract_checks import (  # noqa: E402
     check_truncation,
     gym_check_env,
 )
-from rlinf_user.sims.robosuite import robocasa_available  # noqa: E402
 
 from rlinf_user.config.schema import EnvConfig  # noqa: E402
 from rlinf_user.env.registry import make_env  # noqa: E402
+from rlinf_user.sims.robosuite import robocasa_available  # noqa: E402
 
 MAX_STEPS = 10
 CASES = {

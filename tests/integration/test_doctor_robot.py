@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from rlinf_user.robots.franka.driver import libfranka_version
 
 from rlinf_user import doctor_robot as doctor
+from rlinf_user.robots.franka.driver import libfranka_version
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "rlinf_user.cli.main", "doctor", "--robot", "franka"]

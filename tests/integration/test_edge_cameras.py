@@ -78,13 +78,13 @@ def test_synthetic_camera_is_cropped_encoded_and_stamped_on_the_edge(tmp_path):
 
 def test_realsense_software_device_served_byte_exact_and_staleness_reported():
     rs = pytest.importorskip("pyrealsense2")
-    from rlinf_user.robots.cameras.base import CameraConfig
-    from rlinf_user.robots.cameras.capture import CaptureThread
-    from rlinf_user.robots.cameras.realsense import RealSenseCamera
     from test_realsense_software import H, SoftwareColourDevice, W
 
     from rlinf_user.edge.daemon import EdgeDaemon
     from rlinf_user.edge.factory import sim_backend
+    from rlinf_user.robots.cameras.base import CameraConfig
+    from rlinf_user.robots.cameras.capture import CaptureThread
+    from rlinf_user.robots.cameras.realsense import RealSenseCamera
 
     sw = SoftwareColourDevice("rgb8")
     cfg = CameraConfig(name="rs", width=W, height=H, fps=30, stall_timeout_s=5.0)

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+
 from rlinf_user.robots.cameras.base import (
     CameraConfig,
     CameraError,

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import yaml
 from PIL import Image
+
 from rlinf_user.robots.cameras.base import (
     Camera,
     CameraConfig,

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from rlinf_user.robots.franka.driver import FrankaDriverConfig
 from rlinf_user.robots.franka.grippers import (
     ROBOTIQ_OUTPUT_REGISTER,

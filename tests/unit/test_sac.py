@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 import torch
-from rlinf_user.policies.layers import BatchRenorm, EnsembleLinear
 
 from rlinf_user.algorithms.augment import random_shift
 from rlinf_user.algorithms.sac import SAC
 from rlinf_user.config.compose import compose_config
+from rlinf_user.policies.layers import BatchRenorm, EnsembleLinear
 
 
 def _batch(n=64, state_dim=5, reward=1.0, cameras=None):

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+
 from rlinf_user.robots.teleop.axes import axis_matrix, deadzone
 from rlinf_user.robots.teleop.command import DeviceDisconnected, TeleopCommand
 from rlinf_user.robots.teleop.device import QueueSource
@@ -14,7 +15,6 @@ from rlinf_user.robots.teleop.factory import ReplaySource, load_evdev_recording,
 from rlinf_user.robots.teleop.gamepad import Gamepad
 from rlinf_user.robots.teleop.keyboard import KEY, Keyboard
 from rlinf_user.robots.teleop.spacemouse import SpaceMouse, button_report, translation_report
-
 from rlinf_user.teleop.gate import InterventionGate
 from rlinf_user.teleop.synthetic import SpaceMouseHand
 
