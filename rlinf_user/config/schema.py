@@ -65,6 +65,7 @@ class AlgoConfig:
     critic_layer_norm: bool = False
     batch_norm: bool = False  # CrossQ: batch-renorm critics, no target network
     demo_ratio: float = 0.0  # fraction of each batch drawn from demos (RLPD: 0.5)
+    bc_warmup_updates: int = 0  # behaviour-clone the actor on demos=... before RL starts
     drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
     grad_clip: float = 0.0
     reward_scale: float = 1.0

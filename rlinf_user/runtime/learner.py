@@ -72,6 +72,32 @@ class Learner:
             self.remote_replay = replay
         self._prefetch = None
         self.update_time = 0.0
+        self.bc_warmup_loss: float | None = None
+        if cfg.demos and int(getattr(cfg.algo, "bc_warmup_updates", 0) or 0) > 0 and not cfg.resume:
+            self.bc_warmup(int(cfg.algo.bc_warmup_updates))
+
+    def bc_warmup(self, updates: int) -> float:
+        """Behaviour-clone the actor on the demonstrations before any RL update, so the
+        first published policy already does what the demonstrator did."""
+        from rlinf_user.algorithms.bc import BC
+
+        bc = BC(self.agent.policy, lr=self.cfg.algo.actor_lr)
+        loss = float("nan")
+        for _ in range(updates):
+            if self.local_replay is not None:
+                flat = self.local_replay.sample_demos(self.cfg.algo.batch_size)
+            else:
+                import ray
+
+                flat = ray.get(self.remote_replay.sample_demos.remote(self.cfg.algo.batch_size))
+            if flat is None:
+                log.warning("bc_warmup_updates set but no demonstrations were loaded")
+                return loss
+            batch = unflatten_batch(flat, self.agent.device, self.active_dims)
+            loss = bc.update(batch["obs"], batch["action"])
+        log.info("BC warm start: %d updates on the demonstrations, final loss %.4f", updates, loss)
+        self.bc_warmup_loss = loss
+        return loss
 
     # -- replay (collocated mode receives chunks here) --------------------------------
     def add(self, chunk: dict[str, np.ndarray]) -> int:

@@ -64,6 +64,13 @@ class ReplayService:
             return online
         return {k: v.reshape(num_batches, batch_size, *v.shape[1:]) for k, v in online.items()}
 
+    def sample_demos(self, batch_size: int) -> dict[str, np.ndarray] | None:
+        """A batch of demonstration transitions only (BC warm start); None without demos."""
+        if self.demos is None:
+            return None
+        with self.lock:
+            return self.demos.sample(batch_size, self.rng)
+
     def size(self) -> int:
         return self.buffer.size
 

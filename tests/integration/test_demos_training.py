@@ -1,0 +1,52 @@
+"""Teleop demonstrations feed training: a LeRobot dataset recorded through the device path
+becomes the RLPD demo buffer, and ``algo.bc_warmup_updates`` clones it into the actor
+before RL starts."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlinf_user.config.compose import compose_config
+from rlinf_user.data import lerobot_format as fmt
+from rlinf_user.data.lerobot_reader import LeRobotReader
+from rlinf_user.data.lerobot_writer import LeRobotWriter
+from rlinf_user.robots.teleop.device import QueueSource
+from rlinf_user.robots.teleop.spacemouse import SpaceMouse
+from rlinf_user.runtime.env_worker import env_spec
+from rlinf_user.runtime.learner import Learner
+from rlinf_user.sims.gym_hil import GymHilEnv
+from rlinf_user.teleop.record import Recorder
+from rlinf_user.teleop.synthetic import PickCubeExpert, SpaceMouseHand, SyntheticHuman
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    root = tmp_path_factory.mktemp("demos") / "pick"
+    env = GymHilEnv("PandaPickCube", max_episode_steps=60, random_block_position=True)
+    dev = SpaceMouse(QueueSource())
+    w = LeRobotWriter(root, 10, fmt.contract_features(env.observation_space["state"].shape[0], {}, 10))
+    Recorder(env, dev, w, "pick", rate_hz=0, before_step=SyntheticHuman(SpaceMouseHand(dev), PickCubeExpert())).run(4, seed=0)
+    spec = env_spec(env)
+    env.close()
+    return root, spec
+
+
+def demo_error(learner: Learner, root) -> float:
+    r = LeRobotReader(root)
+    s = np.concatenate([r.episode(i, images=False).columns["observation.state"] for i in range(r.num_episodes)])
+    a = np.concatenate([r.episode(i, images=False).columns["action"] for i in range(r.num_episodes)])
+    with torch.no_grad():
+        out = learner.agent.policy.act({"state": torch.as_tensor(s), "images": {}}, deterministic=True).numpy()
+    return float(np.mean((out - a[:, learner.active_dims]) ** 2))
+
+
+def test_bc_warm_start_clones_the_demonstrations_into_the_actor(demos, tmp_path):
+    root, spec = demos
+    common = ["algo=rlpd", f"demos={root}", f"run_root={tmp_path}", "buffer.persist=false", "seed=0"]
+    cold = Learner(compose_config(common, sim="gym_hil"), spec, str(tmp_path / "cold"))
+    warm = Learner(compose_config([*common, "algo.bc_warmup_updates=400"], sim="gym_hil"), spec, str(tmp_path / "warm"))
+    assert cold.local_replay.demos.size > 40 and warm.bc_warmup_loss is not None
+    before, after = demo_error(cold, root), demo_error(warm, root)
+    assert after < 0.1 < before, (before, after)
+    batch = warm.local_replay.sample_demos(64)
+    assert batch["obs/state"].shape == (64, spec["state_dim"]) and batch["intervention"].all()
