@@ -30,7 +30,6 @@ def run_hg_dagger(args, console) -> int:
         print(to_yaml(cfg), end="")
         return 0
 
-    import numpy as np
     import ray
     import torch
 
@@ -53,18 +52,16 @@ def run_hg_dagger(args, console) -> int:
     human = None
     started_ray = False
     try:
+        from rlinf_user.data.lerobot_reader import LeRobotReader
+
         if h.synthetic_human:
-            device, human, demo_states, demo_actions = _synthetic_setup(env, spec, cfg, console, run_dir)
+            device, human, demo_root = _synthetic_setup(env, spec, cfg, console, run_dir)
         else:
-            from rlinf_user.data.lerobot_reader import LeRobotReader
             from rlinf_user.robots.teleop.factory import open_teleop
 
-            check_demos(cfg.demos, spec)
-            reader = LeRobotReader(cfg.demos)
-            eps = list(reader.episodes(images=False))
-            demo_states = np.concatenate([e.columns["observation.state"] for e in eps])
-            demo_actions = np.concatenate([e.columns["action"] for e in eps])
-            device = open_teleop(cfg.teleop)
+            device, demo_root = open_teleop(cfg.teleop), cfg.demos
+        check_demos(str(demo_root), spec)
+        demo_states, demo_actions = LeRobotReader(demo_root).state_action_arrays()
         if cfg.dataset.root:
             from rlinf_user.cli.teleop import open_dataset
 
@@ -153,11 +150,9 @@ def run_hg_dagger(args, console) -> int:
 
 
 def _synthetic_setup(env, spec, cfg, console, run_dir):
-    """A scripted supervisor on a simulated SpaceMouse; its demonstrations come first."""
-    import numpy as np
-
+    """A scripted supervisor on a simulated SpaceMouse; it records the demonstrations
+    first unless ``demos=`` gives some. Returns (device, supervisor, demos folder)."""
     from rlinf_user.data import lerobot_format as fmt
-    from rlinf_user.data.lerobot_reader import LeRobotReader
     from rlinf_user.data.lerobot_writer import LeRobotWriter
     from rlinf_user.robots.teleop.device import QueueSource
     from rlinf_user.robots.teleop.spacemouse import SpaceMouse
@@ -166,9 +161,8 @@ def _synthetic_setup(env, spec, cfg, console, run_dir):
 
     device = SpaceMouse(QueueSource())
     hand = SpaceMouseHand(device)
-    if cfg.demos:
-        reader = LeRobotReader(cfg.demos)
-    else:
+    root = cfg.demos
+    if not root:
         root = run_dir / "synthetic_demos"
         writer = LeRobotWriter(root, 10, fmt.contract_features(spec["state_dim"], {}, 10))
         n = int(cfg.hg_dagger.synthetic_demos)
@@ -176,9 +170,4 @@ def _synthetic_setup(env, spec, cfg, console, run_dir):
             n, seed=cfg.seed + 10_000
         )
         console.print(f"synthetic human recorded {n} demonstrations in {root}")
-        reader = LeRobotReader(root)
-    eps = list(reader.episodes(images=False))
-    states = np.concatenate([e.columns["observation.state"] for e in eps])
-    actions = np.concatenate([e.columns["action"] for e in eps])
-    human = SyntheticHuman(hand, PickCubeExpert(), DeviationRule())
-    return device, human, states, actions
+    return device, SyntheticHuman(hand, PickCubeExpert(), DeviationRule()), root

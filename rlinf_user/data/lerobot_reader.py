@@ -109,6 +109,14 @@ class LeRobotReader:
         meta = {k: v for k, v in row.items() if not k.startswith("stats/")}
         return Episode(int(row["episode_index"]), self.tasks.get(task_idx, ""), cols, frames, meta)
 
+    def state_action_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every frame's ``observation.state`` and ``action``, episodes concatenated."""
+        eps = [self.episode(i, images=False) for i in range(self.num_episodes)]
+        if not eps:
+            raise fmt.DatasetError(f"{self.root} holds no episodes")
+        states = np.concatenate([e.columns[fmt.STATE_KEY] for e in eps]).astype(np.float32)
+        return states, np.concatenate([e.columns[fmt.ACTION_KEY] for e in eps]).astype(np.float32)
+
     def episodes(self, images: bool = True):
         for i in range(self.num_episodes):
             yield self.episode(i, images=images)

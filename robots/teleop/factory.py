@@ -46,10 +46,6 @@ class ReplaySource(Source):
         self._i += 1
         return report
 
-    @property
-    def finished(self) -> bool:
-        return self._i >= len(self.reports)
-
 
 def load_evdev_recording(path: str | Path) -> list[tuple[float, bytes]]:
     """A raw event-device recording (e.g. ``cat /dev/input/eventN > keys.bin``) split into

@@ -149,7 +149,7 @@ class HidapiSource(Source):
         if info is None:
             raise DeviceDisconnected(
                 "no SpaceMouse found over HID (is it plugged in / the receiver paired, and is its hidraw node "
-                "readable? see `rlinf-user doctor --teleop`)"
+                "readable? `rlinf-user doctor` checks both)"
             )
         self.product = PRODUCTS.get(info["product_id"], f"{info['vendor_id']:04x}:{info['product_id']:04x}")
         self._dev = hid.device()

@@ -32,9 +32,7 @@ def demos(tmp_path_factory):
 
 
 def demo_error(learner: Learner, root) -> float:
-    r = LeRobotReader(root)
-    s = np.concatenate([r.episode(i, images=False).columns["observation.state"] for i in range(r.num_episodes)])
-    a = np.concatenate([r.episode(i, images=False).columns["action"] for i in range(r.num_episodes)])
+    s, a = LeRobotReader(root).state_action_arrays()
     with torch.no_grad():
         out = learner.agent.policy.act({"state": torch.as_tensor(s), "images": {}}, deterministic=True).numpy()
     return float(np.mean((out - a[:, learner.active_dims]) ** 2))
