@@ -8,15 +8,36 @@ import torch
 from torch import nn
 
 
+class StateNormalizer(nn.Module):
+    """``(state - mean) / std`` with statistics kept as buffers, so they travel with the
+    published weights. The identity until :meth:`fit` is called (behaviour cloning fits it
+    on the demonstrations: raw poses vary by centimetres next to joint angles in radians)."""
+
+    def __init__(self, state_dim: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(state_dim))
+        self.register_buffer("std", torch.ones(state_dim))
+
+    @torch.no_grad()
+    def fit(self, states: torch.Tensor, min_std: float = 1e-2) -> None:
+        states = torch.as_tensor(states, dtype=torch.float32)
+        self.mean.copy_(states.mean(0))
+        self.std.copy_(states.std(0).clamp_min(min_std) if len(states) > 1 else torch.ones_like(self.std))
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        return (state - self.mean) / self.std
+
+
 class StateEncoder(nn.Module):
-    """Uses ``obs["state"]`` as is."""
+    """The (normalised) state vector."""
 
     def __init__(self, state_dim: int):
         super().__init__()
         self.out_dim = state_dim
+        self.norm = StateNormalizer(state_dim)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return obs["state"]
+        return self.norm(obs["state"])
 
 
 class ConvEncoder(nn.Module):
@@ -34,6 +55,7 @@ class ConvEncoder(nn.Module):
         feature_dim: int = 64,
     ):
         super().__init__()
+        self.norm = StateNormalizer(state_dim)
         if not cameras:
             raise ValueError("policy 'cnn' needs at least one camera (env.cameras=[...])")
         self.cameras = sorted(cameras)
@@ -56,7 +78,7 @@ class ConvEncoder(nn.Module):
         self.out_dim = state_dim + feature_dim * len(self.cameras)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        feats = [obs["state"]]
+        feats = [self.norm(obs["state"])]
         for name in self.cameras:
             img = obs["images"][name].permute(0, 3, 1, 2).float() / 255.0 - 0.5
             feats.append(self.heads[name](self.trunks[name](img)))

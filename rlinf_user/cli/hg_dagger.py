@@ -157,7 +157,7 @@ def _synthetic_setup(env, spec, cfg, console, run_dir):
     from rlinf_user.robots.teleop.device import QueueSource
     from rlinf_user.robots.teleop.spacemouse import SpaceMouse
     from rlinf_user.teleop.record import Recorder
-    from rlinf_user.teleop.synthetic import DeviationRule, PickCubeExpert, SpaceMouseHand, SyntheticHuman
+    from rlinf_user.teleop.synthetic import PickCubeExpert, SpaceMouseHand, StallRule, SyntheticHuman
 
     device = SpaceMouse(QueueSource())
     hand = SpaceMouseHand(device)
@@ -170,4 +170,5 @@ def _synthetic_setup(env, spec, cfg, console, run_dir):
             n, seed=cfg.seed + 10_000
         )
         console.print(f"synthetic human recorded {n} demonstrations in {root}")
-    return device, SyntheticHuman(hand, PickCubeExpert(), DeviationRule()), root
+    expert = PickCubeExpert()
+    return device, SyntheticHuman(hand, expert, StallRule(expert.progress)), root

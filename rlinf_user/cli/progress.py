@@ -22,6 +22,10 @@ def progress_table(p: Progress, total_steps: int, title: str) -> Table:
     t.add_row("updates (updates/s)", f"{p.updates:,} ({p.updates_per_s:,.0f}/s)")
     t.add_row("policy version", f"{p.version}")
     t.add_row("wall time", f"{p.wall / 60:.1f} min")
+    if p.intervention_rate is not None:
+        t.add_row("human intervention (last 20 supervised episodes)", f"{p.intervention_rate:.0%}")
+    if p.supervisor_lost:
+        t.add_row("teleop device", f"[red]lost: {p.supervisor_lost}[/]")
     if p.worker_restarts:
         t.add_row("env worker restarts", f"[yellow]{p.worker_restarts}[/]")
     return t

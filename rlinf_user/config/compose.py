@@ -69,11 +69,25 @@ def validate(cfg: DictConfig) -> None:
         )
     if cfg.algo.name not in ("sac", "rlpd", "crossq"):
         raise ConfigError(f"algo.name={cfg.algo.name!r}: available sac, rlpd, crossq")
-    if cfg.algo.demo_ratio > 0 and not cfg.demos:
+    iv = cfg.get("intervention")
+    human_demos = bool(iv is not None and iv.enabled and iv.to_demos)
+    if cfg.algo.demo_ratio > 0 and not cfg.demos and not human_demos:
         raise ConfigError(
             f"algo.demo_ratio={cfg.algo.demo_ratio} mixes demonstrations into every batch, "
             "but no demos=<path> was given (or set algo.demo_ratio=0)"
         )
+    if human_demos and cfg.algo.demo_ratio <= 0:
+        raise ConfigError(
+            "intervention.to_demos=true samples the human's interventions as demonstrations, "
+            "which needs algo.demo_ratio > 0 (e.g. algo=rlpd, or algo.demo_ratio=0.5); "
+            "or set intervention.to_demos=false"
+        )
+    if iv is not None and iv.synthetic_human and not iv.enabled:
+        raise ConfigError("intervention.synthetic_human=true needs intervention.enabled=true")
+    if iv is not None and iv.synthetic_human and not (
+        cfg.env.backend == "gym_hil" and "PickCube" in str(cfg.env.task)
+    ):
+        raise ConfigError("intervention.synthetic_human=true drives gym_hil's PandaPickCube only")
     if cfg.policy.name == "cnn" and not cfg.env.cameras:
         raise ConfigError("policy=cnn needs cameras: set env.cameras=[<camera>, ...]")
     if cfg.placement.num_env_workers < 1 or cfg.placement.envs_per_worker < 1:

@@ -167,6 +167,19 @@ class HGDaggerConfig:
 
 
 @dataclass
+class InterventionConfig:
+    """A person supervising ``rlinf-user train`` with a teleop device (HIL-SERL style):
+    they take over env worker 0 through the ``teleop`` device's deadman/toggle; every
+    step they control is flagged and, with ``to_demos``, also sampled as a demonstration."""
+
+    enabled: bool = False
+    ramp_steps: int = 3  # hand-over/hand-back blend length (steps)
+    to_demos: bool = True  # intervention steps also feed the demo side of each batch
+    # a scripted supervisor on a simulated SpaceMouse instead of a person (gym_hil pick)
+    synthetic_human: bool = False
+
+
+@dataclass
 class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -176,6 +189,7 @@ class RunConfig:
     teleop: TeleopConfig = field(default_factory=TeleopConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     hg_dagger: HGDaggerConfig = field(default_factory=HGDaggerConfig)
+    intervention: InterventionConfig = field(default_factory=InterventionConfig)
     seed: int = 0
     total_env_steps: int = 100_000
     target_success: float | None = None  # stop early once evaluation reaches it

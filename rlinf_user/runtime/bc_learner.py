@@ -83,11 +83,19 @@ class BCLearner:
         for _ in range(updates):
             if self.size() == 0:
                 break
+            if self.bc.num_updates == 0:
+                self._fit_normalizer()
             obs, target = self._batch()
             self.last_loss = self.bc.update(obs, target)
             if self.bc.num_updates % self.publish_every == 0:
                 self.publish()
         return self.stats()
+
+    def _fit_normalizer(self) -> None:
+        """State statistics from the data held before the first update (the demonstrations)."""
+        with self.lock:
+            states = np.concatenate(self.states)
+        self.policy.encoder.norm.fit(torch.from_numpy(states))
 
     def publish(self) -> int:
         import ray

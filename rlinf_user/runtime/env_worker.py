@@ -67,6 +67,10 @@ class EnvWorker:
         self.worker_id = worker_id
         self.sink = sink
         n = int(num_envs or cfg.placement.envs_per_worker)
+        iv = cfg.get("intervention")
+        supervised = bool(iv is not None and iv.enabled and worker_id == 0)
+        if supervised:
+            n = 1  # a person supervises one env
         self.envs = make_vector_env(cfg.env, n, seed)
         self.spec = env_spec(self.envs)
         self.policy = build_policy(
@@ -82,6 +86,13 @@ class EnvWorker:
         self.env_steps = 0
         self.episode_return = np.zeros(self.envs.num_envs)
         self.episode_len = np.zeros(self.envs.num_envs, dtype=np.int64)
+        self.episode_interventions = np.zeros(self.envs.num_envs, dtype=np.int64)
+        self.supervisor = None
+        if supervised:
+            from rlinf_user.teleop.supervisor import Supervisor
+
+            self.supervisor = Supervisor.from_config(cfg)
+            self.supervisor.begin_episode()
 
     def get_spec(self) -> dict[str, Any]:
         return self.spec
@@ -104,6 +115,11 @@ class EnvWorker:
             if self.weights is not None:
                 self.weights.poll()
             actions = self._act(random)
+            flags = np.zeros(self.envs.num_envs, dtype=bool)
+            if self.supervisor is not None:
+                d = self.supervisor.decide(index_obs(self.obs, 0), actions[0])
+                if d is not None:
+                    actions[0], flags[0] = d.action, d.intervention
             next_obs, rewards, terms, truncs, infos = self.envs.step(actions)
             version = self.weights.version if self.weights is not None else -1
             for i in range(self.envs.num_envs):
@@ -117,12 +133,13 @@ class EnvWorker:
                     ("terminated", np.float32(terms[i])),
                     ("truncated", np.float32(truncs[i])),
                     ("policy_version", np.int64(version)),
-                    ("intervention", np.bool_(False)),
+                    ("intervention", np.bool_(flags[i])),
                     ("env_id", np.int64(self.worker_id * 1000 + i)),
                 ):
                     self.pending.setdefault(key, []).append(val)
                 self.episode_return[i] += rewards[i]
                 self.episode_len[i] += 1
+                self.episode_interventions[i] += int(flags[i])
                 if done:
                     episodes.append(
                         {
@@ -130,10 +147,14 @@ class EnvWorker:
                             "length": int(self.episode_len[i]),
                             "success": bool(infos[i].get("success", False)),
                             "policy_version": version,
+                            "intervention_steps": int(self.episode_interventions[i]),
                         }
                     )
                     self.episode_return[i] = 0.0
                     self.episode_len[i] = 0
+                    self.episode_interventions[i] = 0
+                    if i == 0 and self.supervisor is not None:
+                        self.supervisor.begin_episode()
             self.obs = next_obs
             self.env_steps += self.envs.num_envs
             if len(self.pending["reward"]) >= self.cfg.buffer.chunk_steps:
@@ -145,6 +166,7 @@ class EnvWorker:
             "seconds": time.perf_counter() - t0,
             "episodes": episodes,
             "policy_version": self.weights.version if self.weights is not None else -1,
+            "supervisor_lost": None if self.supervisor is None else self.supervisor.lost,
         }
 
     def _flush(self) -> None:
@@ -186,6 +208,10 @@ class EnvWorker:
                 done = te or tr
             results.append({"return": ret, "success": bool(info.get("success", False))})
         self.obs = self.envs.reset()
+        # the training episode in progress was cut short: its statistics start over
+        self.episode_return[:], self.episode_len[:], self.episode_interventions[:] = 0, 0, 0
+        if self.supervisor is not None:
+            self.supervisor.begin_episode()
         return {
             "success_rate": float(np.mean([r["success"] for r in results])),
             "mean_return": float(np.mean([r["return"] for r in results])),
@@ -195,4 +221,6 @@ class EnvWorker:
         }
 
     def close(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.close()
         self.envs.close()

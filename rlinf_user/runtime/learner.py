@@ -59,7 +59,7 @@ class Learner:
         self.local_replay = None
         self.remote_replay = None
         if replay is None:  # collocated: the buffer lives in this process
-            from rlinf_user.runtime.replay_service import ReplayService
+            from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos
 
             self.local_replay = ReplayService(
                 cfg.buffer.capacity,
@@ -67,6 +67,7 @@ class Learner:
                 cfg.demos,
                 seed=cfg.seed,
                 cameras=list(spec["cameras"]),
+                interventions_as_demos=interventions_as_demos(cfg),
             )
         else:
             self.remote_replay = replay

@@ -2,6 +2,13 @@
 
 In ``collocated`` placement it lives inside the learner process; in ``disaggregated``
 placement it is its own Ray actor. Either way env workers call ``add`` directly.
+
+Human interventions (HIL-SERL): every transition carries an ``intervention`` flag. With
+``interventions_as_demos`` the flagged transitions of the online buffer are also drawn on
+the demo side of each batch, pooled with the loaded demonstrations in proportion to their
+counts. They are not copied: the pool is the flag column of the online buffer, so it
+survives a restart with the buffer's log, costs no memory, and an intervention stays a
+demonstration as long as it stays in the online buffer.
 """
 
 from __future__ import annotations
@@ -18,6 +25,11 @@ from rlinf_user.data.replay import ReplayBuffer, TransitionError
 log = logging.getLogger(__name__)
 
 
+def interventions_as_demos(cfg) -> bool:
+    iv = cfg.get("intervention")
+    return bool(iv is not None and iv.enabled and iv.to_demos)
+
+
 class ReplayService:
     def __init__(
         self,
@@ -26,6 +38,7 @@ class ReplayService:
         demo_path: str | None = None,
         seed: int = 0,
         cameras: list[str] | None = None,
+        interventions_as_demos: bool = False,
     ):
         self.buffer = ReplayBuffer(capacity, directory)
         self.restored = self.buffer.restore()
@@ -35,24 +48,63 @@ class ReplayService:
         self.rng = np.random.default_rng(seed)
         self.lock = threading.Lock()
         self.rejected = 0
+        self.interventions_as_demos = interventions_as_demos
+        self._iv_index: np.ndarray | None = None  # positions of flagged transitions (cached)
+        self.intervention_samples = 0  # intervention transitions drawn on the demo side
 
     def add(self, chunk: dict[str, np.ndarray]) -> int:
         with self.lock:
             try:
-                return self.buffer.add(chunk)
+                n = self.buffer.add(chunk)
+                self._iv_index = None
+                return n
             except TransitionError as err:
                 self.rejected += 1
                 log.error("rejected a transition chunk (nothing stored): %s", err)
                 return 0
 
+    def _interventions(self) -> np.ndarray:
+        """Buffer positions holding intervention transitions (lock held)."""
+        if not self.interventions_as_demos or "intervention" not in self.buffer.storage:
+            return np.zeros(0, np.int64)
+        if self._iv_index is None:
+            self._iv_index = np.flatnonzero(self.buffer.storage["intervention"][: self.buffer.size])
+        return self._iv_index
+
+    def _demo_side(self, n: int) -> dict[str, np.ndarray] | None:
+        """``n`` demonstration transitions: loaded demos and interventions, pooled (lock held)."""
+        iv = self._interventions()
+        n_loaded = 0 if self.demos is None else self.demos.size
+        pool = n_loaded + len(iv)
+        if n == 0 or pool == 0:
+            return None
+        k_iv = int(self.rng.binomial(n, len(iv) / pool))
+        parts = []
+        if n - k_iv:
+            parts.append(self.demos.sample(n - k_iv, self.rng))
+        if k_iv:
+            idx = iv[self.rng.integers(0, len(iv), size=k_iv)]
+            parts.append({k: v[idx] for k, v in self.buffer.storage.items()})
+            self.intervention_samples += k_iv
+        if len(parts) == 1:
+            return parts[0]
+        keys = [k for k in parts[0] if k in parts[1]]
+        order = self.rng.permutation(n)
+        return {k: np.concatenate([parts[0][k], parts[1][k]])[order] for k in keys}
+
     def sample(self, batch_size: int, num_batches: int = 1, demo_ratio: float = 0.0) -> dict[str, np.ndarray]:
-        """``num_batches`` batches stacked on a new leading axis: ``(num_batches, B, ...)``."""
-        n_demo = int(round(batch_size * demo_ratio)) if self.demos is not None else 0
+        """``num_batches`` batches stacked on a new leading axis: ``(num_batches, B, ...)``.
+        ``demo_ratio`` of each batch comes from demonstrations (and interventions) when
+        there are any; the rest from the online buffer."""
+        n_demo = int(round(batch_size * demo_ratio))
+        demo = None
         with self.lock:
             total = batch_size * num_batches
-            online = self.buffer.sample(total - n_demo * num_batches, self.rng)
             if n_demo:
-                demo = self.demos.sample(n_demo * num_batches, self.rng)
+                demo = self._demo_side(n_demo * num_batches)
+            if demo is None:
+                n_demo = 0
+            online = self.buffer.sample(total - n_demo * num_batches, self.rng)
         if n_demo:
             keys = [k for k in online if k in demo]
             online = {
@@ -81,6 +133,10 @@ class ReplayService:
             "restored": self.restored,
             "rejected": self.rejected,
             "demos": 0 if self.demos is None else self.demos.size,
+            "interventions": int(np.count_nonzero(self.buffer.storage["intervention"][: self.buffer.size]))
+            if "intervention" in self.buffer.storage
+            else 0,
+            "intervention_samples": self.intervention_samples,
         }
 
     def close(self) -> None:

@@ -54,6 +54,9 @@ class Progress:
     env_steps_per_s: float = 0.0
     updates_per_s: float = 0.0
     worker_restarts: int = 0
+    intervention_rate: float | None = None  # human-controlled share of supervised steps
+    interventions: int = 0  # human-controlled steps so far
+    supervisor_lost: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -84,7 +87,7 @@ class Trainer:
 
         from rlinf_user.runtime.env_worker import EnvWorker
         from rlinf_user.runtime.learner import Learner, latest_checkpoint
-        from rlinf_user.runtime.replay_service import ReplayService
+        from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos
         from rlinf_user.runtime.weights import WeightStore
 
         cfg = self.cfg
@@ -122,6 +125,7 @@ class Trainer:
                     cfg.demos,
                     cfg.seed,
                     list(self.spec["cameras"]),
+                    interventions_as_demos(cfg),
                 )
             )
         self.learner = (
@@ -164,6 +168,8 @@ class Trainer:
         self._open_tensorboard()
         t_start = time.monotonic()
         recent = deque(maxlen=50)
+        supervised = deque(maxlen=20)
+        is_supervised = bool(cfg.intervention.enabled)
         # Each worker always has its next rollout call queued behind the running one, so it
         # goes straight on (a robot never idles while this loop books a finished chunk).
         rollout_calls: dict[Any, tuple[int, int]] = {}
@@ -222,7 +228,19 @@ class Trainer:
                     for ep in r["episodes"]:
                         p.episodes += 1
                         recent.append(ep)
-                        self._scalars({"return": ep["return"], "success": float(ep["success"])}, "episode")
+                        scalars = {"return": ep["return"], "success": float(ep["success"])}
+                        if is_supervised and i == 0:
+                            supervised.append(ep)
+                            p.interventions += ep["intervention_steps"]
+                            scalars["intervention_rate"] = ep["intervention_steps"] / max(1, ep["length"])
+                        self._scalars(scalars, "episode")
+                    if supervised:
+                        p.intervention_rate = sum(e["intervention_steps"] for e in supervised) / max(
+                            1, sum(e["length"] for e in supervised)
+                        )
+                    if r.get("supervisor_lost") and not p.supervisor_lost:
+                        p.supervisor_lost = r["supervisor_lost"]
+                        log.error("teleop device lost (%s): training goes on without interventions", p.supervisor_lost)
                     if recent:
                         p.recent_success = float(np.mean([e["success"] for e in recent]))
                         p.recent_return = float(np.mean([e["return"] for e in recent]))
@@ -273,6 +291,8 @@ class Trainer:
             "best_eval_success": p.best_eval_success,
             "checkpoint": ckpt,
             "worker_restarts": p.worker_restarts,
+            "interventions": p.interventions,
+            "teleop_device_lost": p.supervisor_lost,
             "replay": ray.get(self.learner.replay_stats.remote()),
         }
         write_json(self.run_dir / "eval" / "summary.json", summary)

@@ -87,42 +87,41 @@ class SyntheticHuman:
             self.hand.move(np.zeros(6))  # hands off the cap
 
 
-class DeviationRule:
-    """When a supervising person takes over: for ``patience`` steps in a row the policy
-    proposes to move the tool somewhere they would not (cosine similarity of the
-    translations below ``min_cos`` while they want to move) or to open/close the gripper
-    against their intent. They keep control at least ``min_control`` steps and hand back
-    once the policy's proposal agrees with them again."""
+class StallRule:
+    """When a supervising person takes over: the task has made no progress for
+    ``patience`` steps in a row (``progress(obs)`` has not beaten its best by
+    ``min_gain``), the way someone watching sees the robot hover, dither or grab
+    nothing. They keep control ``min_control`` steps, then hand back; a policy that
+    stalls again is taken over again."""
 
-    def __init__(self, min_cos: float = 0.0, patience: int = 3, min_control: int = 10, min_motion: float = 0.5):
-        self.min_cos, self.patience, self.min_control, self.min_motion = min_cos, patience, min_control, min_motion
+    def __init__(
+        self,
+        progress: Callable[[dict], float],
+        patience: int = 5,
+        min_gain: float = 0.005,
+        min_control: int = 8,
+    ):
+        self.progress, self.patience, self.min_gain, self.min_control = progress, patience, min_gain, min_control
         self.reset()
 
     def reset(self) -> None:
         self.engaged = False
-        self.bad = 0
+        self.best: float | None = None
+        self.stalled = 0
         self.held = 0
 
-    def disagrees(self, want: np.ndarray, policy_action: np.ndarray) -> bool:
-        w, p = np.asarray(want, np.float64), np.asarray(policy_action, np.float64)
-        if np.sign(w[6]) != np.sign(p[6]):
-            return True
-        nw, np_ = np.linalg.norm(w[:3]), np.linalg.norm(p[:3])
-        if nw < self.min_motion:
-            return False  # small corrections are not worth taking over for
-        return np_ < 0.1 * nw or float(w[:3] @ p[:3]) / (nw * np_) < self.min_cos
-
     def __call__(self, obs: dict, want: np.ndarray, policy_action: np.ndarray | None) -> bool:
-        if policy_action is None:
-            return True
-        bad = self.disagrees(want, policy_action)
+        p = float(self.progress(obs))
         if self.engaged:
             self.held += 1
-            if self.held >= self.min_control and not bad:
-                self.engaged, self.bad = False, 0
+            if self.held >= self.min_control:  # hand back from where they got it to
+                self.engaged, self.best, self.stalled = False, p, 0
+            return self.engaged
+        if self.best is None or p > self.best + self.min_gain:
+            self.best, self.stalled = p, 0
         else:
-            self.bad = self.bad + 1 if bad else 0
-            if self.bad >= self.patience:
+            self.stalled += 1
+            if self.stalled >= self.patience:
                 self.engaged, self.held = True, 0
         return self.engaged
 
@@ -140,6 +139,22 @@ class PickCubeExpert:
 
     def reset(self) -> None:
         pass
+
+    def progress(self, obs: dict) -> float:
+        """How far the pick has got: minus the path left to the grasp (via the point above
+        the block while not lined up), a bonus for closing at the block, then the lift."""
+        s = obs["state"]
+        tcp, block = np.asarray(s[15:18], np.float64), np.asarray(s[18:21], np.float64)
+        if self.block_z0 is None:
+            self.block_z0 = float(block[2])
+        if block[2] > self.block_z0 + 0.01:
+            return 1.0 + float(block[2] - self.block_z0)
+        grasp = block + [0.0, 0.0, self.grasp_dz]
+        if float(np.linalg.norm(block[:2] - tcp[:2])) > 0.008:
+            above = grasp + [0.0, 0.0, 0.06]
+            return -float(np.linalg.norm(above - tcp)) - 0.06
+        left = float(np.linalg.norm(grasp - tcp))
+        return -left + (0.05 * float(s[14]) if left < 0.015 else 0.0)
 
     def __call__(self, obs: dict) -> np.ndarray:
         s = obs["state"]

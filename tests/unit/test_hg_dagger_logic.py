@@ -3,28 +3,42 @@
 import numpy as np
 
 from rlinf_user.teleop.hg_dagger import EpisodeLog, round_summary, version_summary
-from rlinf_user.teleop.synthetic import DeviationRule
+from rlinf_user.teleop.synthetic import StallRule
 
 
-def a(x, y, z, g):
-    return np.array([x, y, z, 0, 0, 0, g], np.float32)
-
-
-def test_supervisor_takes_over_on_persistent_disagreement_only():
-    rule = DeviationRule(min_cos=0.0, patience=3, min_control=4, min_motion=0.5)
-    want = a(1, 0, 0, -1)
-    assert not rule({}, want, a(0.8, 0.3, 0, -1))  # same direction: fine
-    assert not rule({}, want, a(-1, 0, 0, -1))  # opposite once, twice: wait
-    assert not rule({}, want, a(-1, 0, 0, -1))
-    assert not rule({}, want, a(1, 0, 0, -1))  # back on track resets the count
-    assert not rule({}, a(0.1, 0, 0, -1), a(-1, 0, 0, -1))  # tiny corrections are not worth it
-    for _ in range(2):
-        assert not rule({}, want, a(0, 0, 0, 1))  # gripper against intent
-    assert rule({}, want, a(0, 0, 0, 1))  # third in a row: take over
-    assert all(rule({}, want, want) for _ in range(3))  # kept at least min_control steps
-    assert not rule({}, want, want)  # the policy agrees again: hand back
+def test_supervisor_takes_over_when_the_task_stalls_and_hands_back():
+    progress = iter([-0.10, -0.09, -0.08,  # getting closer by 1 cm a step
+                     -0.079, -0.078, -0.077, -0.0765, -0.076,  # dithering: no new best by 5 mm
+                     -0.07, -0.06, -0.05, -0.04,  # the human drives
+                     -0.045, -0.03])  # fmt: skip
+    rule = StallRule(lambda obs: next(progress), patience=5, min_gain=0.005, min_control=4)
+    decisions = [rule({}, None, None) for _ in range(14)]
+    assert decisions[:7] == [False] * 7
+    assert decisions[7] is True  # the fifth step without progress: take over
+    assert decisions[8:11] == [True] * 3  # kept min_control steps
+    assert decisions[11:] == [False] * 3  # handed back; progress is measured from there
     rule.reset()
-    assert not rule.engaged
+    assert not rule.engaged and rule.best is None
+
+
+def test_pick_progress_follows_the_path_to_the_grasp_then_the_lift():
+    from rlinf_user.teleop.synthetic import PickCubeExpert
+
+    expert = PickCubeExpert()
+    state = np.zeros(21, np.float32)
+
+    def at(tcp, block=(0.3, 0.0, 0.02), grip=0.0):
+        state[15:18], state[18:21], state[14] = tcp, block, grip
+        return expert.progress({"state": state})
+
+    far = at([0.2, 0.0, 0.2])
+    above = at([0.3, 0.0, 0.08])  # lined up 6 cm above the block
+    assert far < above and abs(above + 0.06) < 1e-6  # 6 cm of descent left
+    assert at([0.3, 0.0, 0.04]) > above  # going down once lined up is progress
+    assert at([0.29, 0.0, 0.03]) < above  # low but not lined up: not progress
+    assert at([0.3, 0.0, 0.02], grip=1.0) > at([0.3, 0.0, 0.02])  # closing at the block is
+    assert at([0.3, 0.0, 0.2], grip=1.0) == at([0.3, 0.0, 0.2])  # closing in the air is not
+    assert at([0.3, 0.0, 0.05], block=(0.3, 0.0, 0.05)) > 1.0  # lifted beats any approach
 
 
 def log(round_, kind, version, steps, iv, success):

@@ -94,3 +94,46 @@ def test_demo_mixing_ratio(tmp_path):
 def test_missing_demos_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no replay log"):
         ReplayService(10, None, demo_path=str(tmp_path / "nope"))
+
+
+def flagged(n, start, every=4):
+    c = chunk(n, start)
+    c["intervention"] = (np.arange(start, start + n) % every) == 0
+    return c
+
+
+def test_interventions_are_drawn_on_the_demo_side(tmp_path):
+    svc = ReplayService(1000, str(tmp_path / "buf"), interventions_as_demos=True, seed=1)
+    svc.add(flagged(40, 0))  # transitions 0, 4, 8, ... were the human's
+    batch = svc.sample(batch_size=10, num_batches=50, demo_ratio=0.5)
+    demo_side = batch["reward"][:, 5:].astype(int)
+    assert (demo_side % 4 == 0).all()  # only intervention transitions on the demo side
+    online = batch["reward"][:, :5].astype(int)
+    assert (online % 4 != 0).any()  # the online side draws from everything
+    assert svc.stats()["interventions"] == 10 and svc.stats()["intervention_samples"] == 250
+    svc.close()
+    # the pool is the flag column of the persistent buffer: a restart has it back
+    again = ReplayService(1000, str(tmp_path / "buf"), interventions_as_demos=True)
+    assert again.stats()["interventions"] == 10
+    assert (again.sample(8, 1, 0.5)["reward"][0, 4:].astype(int) % 4 == 0).all()
+
+
+def test_interventions_pool_with_loaded_demos_in_proportion(tmp_path):
+    demo_dir = tmp_path / "demos"
+    d = ReplayBuffer(100, demo_dir)
+    d.add({**chunk(30), "reward": np.full(30, -1.0, np.float32)})
+    d.close()
+    svc = ReplayService(1000, None, demo_path=str(demo_dir), interventions_as_demos=True, seed=0)
+    svc.add(flagged(40, 0, every=4))  # 10 interventions next to 30 demos
+    batch = svc.sample(batch_size=100, num_batches=20, demo_ratio=0.5)
+    demo_side = batch["reward"][:, 50:]
+    share = float((demo_side >= 0).mean())
+    assert 0.2 < share < 0.3  # 10 / (10 + 30) of the demo side are interventions
+    assert set(batch) == set(chunk(1))  # keys common to every source
+
+
+def test_without_interventions_or_demos_the_batch_is_all_online():
+    svc = ReplayService(100, None, interventions_as_demos=True)
+    svc.add(chunk(20))  # nobody intervened yet
+    batch = svc.sample(batch_size=8, num_batches=2, demo_ratio=0.5)
+    assert batch["reward"].shape == (2, 8) and svc.stats()["intervention_samples"] == 0
