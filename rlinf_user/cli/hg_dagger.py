@@ -42,24 +42,25 @@ def run_hg_dagger(args, console) -> int:
     from rlinf_user.runtime.weights import WeightStore, WeightSubscriber
     from rlinf_user.teleop.hg_dagger import HGDaggerSession, round_summary, version_summary
 
+    device = None
+    if not h.synthetic_human:  # a missing device stops here, before anything is created
+        from rlinf_user.robots.teleop.factory import open_teleop
+
+        device = open_teleop(cfg.teleop)
     run_dir = create_run_dir(cfg)
     attach_log_file(run_dir)
     console.print(f"run directory: [bold]{run_dir}[/]")
     torch.set_num_threads(1)
-    env = make_env(cfg.env, seed=cfg.seed)
-    spec = env_spec(env)
-    device = writer = None
-    human = None
+    writer = human = env = None
     started_ray = False
     try:
         from rlinf_user.data.lerobot_reader import LeRobotReader
 
+        env = make_env(cfg.env, seed=cfg.seed)
+        spec = env_spec(env)
+        demo_root = cfg.demos
         if h.synthetic_human:
             device, human, demo_root = _synthetic_setup(env, spec, cfg, console, run_dir)
-        else:
-            from rlinf_user.robots.teleop.factory import open_teleop
-
-            device, demo_root = open_teleop(cfg.teleop), cfg.demos
         check_demos(str(demo_root), spec)
         demo_states, demo_actions = LeRobotReader(demo_root).state_action_arrays()
         if cfg.dataset.root:
@@ -115,7 +116,8 @@ def run_hg_dagger(args, console) -> int:
             device.close()
         if writer is not None:
             writer.close()
-        env.close()
+        if env is not None:
+            env.close()
         if started_ray:
             ray.shutdown()
     rounds = round_summary(session.log)

@@ -21,7 +21,7 @@ import numpy as np
 
 from rlinf_user.data.lerobot_writer import LeRobotWriter
 from rlinf_user.robots.teleop.command import DeviceDisconnected, TeleopCommand
-from rlinf_user.robots.teleop.device import TeleopDevice
+from rlinf_user.robots.teleop.device import Teleop
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class Recorder:
     def __init__(
         self,
         env,
-        device: TeleopDevice,
+        device: Teleop,
         writer: LeRobotWriter,
         task: str,
         rate_hz: float = 10.0,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import logging
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -59,6 +59,32 @@ class QueueSource(Source):
         if isinstance(item, BaseException):
             raise item
         return item
+
+
+class Teleop(Protocol):
+    """What the recorder, the gate and the supervisor use of a teleop device: one
+    :class:`TeleopDevice`, or several combined (motion from one, controls from both)."""
+
+    name: str
+    kind: str
+
+    @property
+    def started(self) -> bool: ...
+
+    @property
+    def engaged(self) -> bool: ...
+
+    def start(self) -> Teleop: ...
+
+    def read(self) -> TeleopCommand: ...
+
+    def release(self) -> None: ...
+
+    def set_gripper(self, closed: bool) -> None: ...
+
+    def read_gripper(self) -> float: ...
+
+    def close(self) -> None: ...
 
 
 class TeleopDevice(abc.ABC):

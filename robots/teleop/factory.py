@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlinf_user.robots.teleop.command import DeviceDisconnected
-from rlinf_user.robots.teleop.device import Source, TeleopDevice
+from rlinf_user.robots.teleop.device import Source, Teleop, TeleopDevice
 from rlinf_user.robots.teleop.evdev_input import EV_SYN, EVENT, parse_events
 
 log = logging.getLogger(__name__)
@@ -114,13 +114,13 @@ def make_device(cfg: Any, kind: str | None = None) -> TeleopDevice:
     return Gamepad(source, stick_range=tuple(cfg.stick_range), trigger_range=tuple(cfg.trigger_range), deadzone=cfg.deadzone)
 
 
-class CombinedDevice(TeleopDevice):
-    """Motion from one device, episode controls from both (e.g. SpaceMouse + keyboard)."""
+class CombinedDevice:
+    """Motion from one device, episode controls from both (e.g. SpaceMouse + keyboard).
+    A :class:`Teleop` like each of its parts."""
 
     def __init__(self, main: TeleopDevice, controls: TeleopDevice):
-        super().__init__(main.source, main.name)
         self.main, self.controls = main, controls
-        self.kind = main.kind
+        self.name, self.kind = main.name, main.kind
 
     @property
     def started(self) -> bool:
@@ -134,12 +134,6 @@ class CombinedDevice(TeleopDevice):
     def close(self) -> None:
         self.main.close()
         self.controls.close()
-
-    def _apply(self, report) -> None:  # pragma: no cover - never fed directly
-        raise NotImplementedError
-
-    def feed(self, report) -> None:
-        self.main.feed(report)
 
     def read(self):
         cmd = self.main.read()
@@ -167,7 +161,7 @@ class CombinedDevice(TeleopDevice):
         return self.main.read_gripper()
 
 
-def open_teleop(cfg: Any) -> TeleopDevice:
+def open_teleop(cfg: Any) -> Teleop:
     """The configured device, plus its episode-control device when one is set and found."""
     main = make_device(cfg)
     if not cfg.controls or cfg.controls == cfg.device:

@@ -16,7 +16,7 @@ def run(*args, timeout=600, cwd=None):
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=ENV, cwd=cwd)
 
 
-@pytest.mark.parametrize("sub", [[], ["train"], ["eval"], ["doctor"]])
+@pytest.mark.parametrize("sub", [[], ["train"], ["eval"], ["doctor"], ["teleop"], ["hg-dagger"], ["edge"]])
 def test_help_everywhere(sub):
     r = run(*sub, "--help")
     assert r.returncode == 0 and "usage: rlinf-user" in r.stdout
@@ -33,6 +33,14 @@ def test_missing_robot_host_fails_before_starting(tmp_path):
     assert r.returncode == 2
     assert "env.edge.host" in r.stderr
     assert not any(tmp_path.iterdir())  # nothing was started or written
+
+
+def test_hg_dagger_without_its_device_says_so_and_creates_nothing(tmp_path):
+    r = run("hg-dagger", "--sim", "gym_hil", f"demos={tmp_path / 'demos'}", "teleop=keyboard",
+            f"teleop.path={tmp_path / 'event99'}", f"run_root={tmp_path / 'runs'}")  # fmt: skip
+    assert r.returncode == 1
+    assert "event99" in r.stderr and "input" in r.stderr  # which device, and the usual cause
+    assert not (tmp_path / "runs").exists()
 
 
 def test_unknown_simulator_and_bad_key():

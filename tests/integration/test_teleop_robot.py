@@ -50,3 +50,51 @@ def test_teleop_records_a_robot_episode_through_the_edge(tmp_path, capsys):
     assert (a[:, 0] > 0.5).sum() >= 5 and np.all(a[:, 6] == -1.0)
     assert s[-1, 0] - s[0, 0] > 0.03, f"the TCP did not move forward: {s[0, :3]} -> {s[-1, :3]}"
     assert ep.columns["intervention"].all() and (ep.columns["policy_version"] == -1).all()
+
+
+@pytest.mark.timeout(420)
+def test_hg_dagger_on_the_robot_through_the_edge(tmp_path, capsys):
+    """Record a demonstration, then an HG-DAgger session on the same edge: the policy
+    drives franky-sim, a replayed keyboard holds the deadman and corrects for a while,
+    and the session's episodes carry who acted and which policy version was running."""
+    import json
+
+    port = free_ports(2)
+    edge = EdgeProcess(
+        ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.44", "control_hz=10", "robot.relative_dynamics_factor=0.5"],
+        port, tmp_path / "edge.log",
+    )  # fmt: skip
+    robot = ["--robot", "franka", "env.edge.host=127.0.0.1", f"env.edge.port={port}", "teleop=keyboard"]
+    demo_keys = keys([(0.0, "W", 1), (1.5, "W", 0), (1.6, "ENTER", 1), (1.65, "ENTER", 0), (2.8, "ESC", 1), (2.85, "ESC", 0)])
+    (tmp_path / "demo.bin").write_bytes(demo_keys)
+    # deadman (left shift) held with "move left" from 1 s to 8 s: whatever the resets take,
+    # it overlaps steps of the corrected episodes
+    correct = keys([(0.0, "SPACE", 0), (1.0, "LEFTSHIFT", 1), (1.0, "A", 1), (8.0, "A", 0), (8.0, "LEFTSHIFT", 0)])
+    (tmp_path / "correct.bin").write_bytes(correct)
+    try:
+        assert main(["teleop", *robot, f"teleop.replay={tmp_path / 'demo.bin'}", f"dataset.root={tmp_path / 'demos'}",
+                     "dataset.episodes=2"]) == 0  # fmt: skip
+        rc = main([
+            "hg-dagger", *robot, f"teleop.replay={tmp_path / 'correct.bin'}", f"demos={tmp_path / 'demos'}",
+            f"dataset.root={tmp_path / 'session'}", "env.max_episode_steps=25", "hg_dagger.rounds=1",
+            "hg_dagger.episodes_per_round=2", "hg_dagger.eval_episodes=1", "hg_dagger.warmup_updates=50",
+            f"run_root={tmp_path / 'runs'}", "run_name=robot",
+        ])  # fmt: skip
+    finally:
+        edge.close()
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    r = LeRobotReader(tmp_path / "session")
+    assert r.num_episodes == 3 and r.info["robot_type"] == "franka"
+    kinds = [r.episode(i, images=False).meta["hg_dagger_kind"] for i in range(3)]
+    assert kinds == ["dagger", "dagger", "eval"]
+    dagger = [r.episode(i, images=False).columns for i in range(2)]
+    flags = np.concatenate([c["intervention"] for c in dagger]).astype(bool)
+    actions = np.concatenate([c["action"] for c in dagger])
+    assert flags.any() and not flags.all(), "the deadman window should cover some steps, not all"
+    assert (actions[flags][:, 1] > 0.3).sum() >= 3  # the human's "left" (+y) reached the robot
+    assert not r.episode(2, images=False).columns["intervention"].any()  # evaluation: hands off
+    versions = np.concatenate([c["policy_version"] for c in dagger])
+    assert versions.min() >= 0
+    summary = json.loads((tmp_path / "runs" / "robot" / "hg_dagger.json").read_text())
+    assert summary["learner"]["corrections"] > 0 and summary["error"] is None

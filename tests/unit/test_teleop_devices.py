@@ -217,3 +217,29 @@ def test_gate_aligns_the_device_gripper_at_takeover():
     hand.set_engaged(True)
     d = gate.step(policy, dev.read(), device=dev)
     assert d.took_over and d.action[6] == 1.0 and dev.read_gripper() == 1.0  # no drop at hand-over
+
+
+def test_spacemouse_with_keyboard_episode_controls(caplog):
+    from rlinf_user.robots.teleop.factory import CombinedDevice
+
+    mouse, kb_source = SpaceMouse(QueueSource()), QueueSource()
+    keyboard = Keyboard(kb_source)
+    dev = CombinedDevice(mouse, keyboard)
+    mouse.feed(hx(SPACENAV_SESSION[0]))  # motion from the SpaceMouse
+    keyboard.feed(key("W", 1, 0.0) + key("ENTER", 1, 0.0) + key("ENTER", 0, 0.1))
+    cmd = dev.read()
+    assert cmd.motion[0] > 0.9 and cmd.events == {"success"}  # keyboard motion is ignored
+    keyboard.feed(key("TAB", 1, 0.2) + key("TAB", 0, 0.3))  # intervene from the keyboard
+    cmd = dev.read()
+    assert cmd.engaged and dev.engaged and "intervene" not in cmd.events
+    dev.release()
+    assert not dev.engaged
+    keyboard.start()
+    kb_source.unplug()
+    deadline = time.monotonic() + 2
+    while keyboard._error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with caplog.at_level(logging.WARNING):
+        assert dev.read().motion[0] > 0.9  # controls lost: the SpaceMouse goes on alone
+    assert "episode-control device lost" in caplog.text
+    dev.close()
