@@ -138,7 +138,9 @@ def run_hg_dagger(args, console) -> int:
         table.add_column(col)
     for r in rounds:
         auto = "-" if r["autonomous_success"] is None else f"{r['autonomous_success']:.0%} of {r['autonomous_episodes']}"
-        table.add_row(str(r["round"]), str(r["episodes"]), f"{r['intervention_rate']:.0%}", str(r["takeovers"]), auto)
+        rate = "-" if r["intervention_rate"] is None else f"{r['intervention_rate']:.0%}"
+        label = f"{r['round']} (demos only)" if r["round"] == 0 and not r["episodes"] else str(r["round"])
+        table.add_row(label, str(r["episodes"]), rate, str(r["takeovers"]), auto)
     console.print(table)
     console.print(
         f"learner: {learner_stats['updates']} updates, {learner_stats['samples']} samples "

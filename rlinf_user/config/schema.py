@@ -154,7 +154,7 @@ class HGDaggerConfig:
 
     rounds: int = 5
     episodes_per_round: int = 10
-    eval_episodes: int = 0  # hands-off episodes per round: autonomous success per version
+    eval_episodes: int = 0  # hands-off episodes before round 1 (demos only) and after each round
     ramp_steps: int = 3  # hand-over/hand-back blend length (steps)
     warmup_updates: int = 500  # BC updates on the demonstrations before the robot moves
     lr: float = 1e-3
@@ -163,7 +163,7 @@ class HGDaggerConfig:
     publish_every: int = 50  # updates between published policy versions
     # a scripted supervisor on a simulated SpaceMouse instead of a person (gym_hil pick)
     synthetic_human: bool = False
-    synthetic_demos: int = 4  # demonstrations the synthetic human records first (when no demos=)
+    synthetic_demos: int = 2  # demonstrations the synthetic human records first (when no demos=)
 
 
 @dataclass

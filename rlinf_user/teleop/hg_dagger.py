@@ -158,8 +158,14 @@ class HGDaggerSession:
         return entry
 
     def run(self, rounds: int, episodes_per_round: int, eval_episodes: int = 0, seed: int = 0) -> list[EpisodeLog]:
+        """Round 0 evaluates the policy cloned from the demonstrations alone (when there
+        are evaluation episodes); rounds 1..``rounds`` are corrected episodes, each
+        followed by its evaluation episodes."""
         n = 0
-        for r in range(rounds):
+        for _ in range(eval_episodes):
+            self.episode(0, n, "eval", seed + 100_000 + n)
+            n += 1
+        for r in range(1, rounds + 1):
             for _ in range(episodes_per_round):
                 self.episode(r, n, "dagger", seed + n)
                 n += 1
@@ -170,8 +176,9 @@ class HGDaggerSession:
 
 
 def round_summary(log: list[EpisodeLog]) -> list[dict[str, Any]]:
-    """Per round: intervention rate (human-controlled steps / steps on dagger episodes) and
-    autonomous success (eval episodes, else dagger episodes nobody intervened in)."""
+    """Per round: intervention rate (human-controlled steps / steps on dagger episodes;
+    None for the demonstrations-only baseline, round 0) and autonomous success (eval
+    episodes, else dagger episodes nobody intervened in)."""
     out = []
     for r in sorted({e.round for e in log}):
         dag = [e for e in log if e.round == r and e.kind == "dagger"]
@@ -181,7 +188,9 @@ def round_summary(log: list[EpisodeLog]) -> list[dict[str, Any]]:
             {
                 "round": r,
                 "episodes": len(dag),
-                "intervention_rate": round(sum(e.intervention_steps for e in dag) / max(1, sum(e.steps for e in dag)), 4),
+                "intervention_rate": round(sum(e.intervention_steps for e in dag) / max(1, sum(e.steps for e in dag)), 4)
+                if dag
+                else None,
                 "takeovers": sum(e.takeovers for e in dag),
                 "dagger_success": round(float(np.mean([e.success for e in dag])), 4) if dag else None,
                 "autonomous_success": round(float(np.mean([e.success for e in auto])), 4) if auto else None,

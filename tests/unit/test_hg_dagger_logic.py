@@ -47,14 +47,17 @@ def log(round_, kind, version, steps, iv, success):
 
 def test_round_and_version_statistics():
     entries = [
-        log(0, "dagger", 0, 20, 10, True), log(0, "dagger", 1, 20, 0, False),
-        log(0, "eval", 1, 20, 0, False), log(0, "eval", 2, 20, 0, True),
-        log(1, "dagger", 3, 10, 1, True), log(1, "dagger", 3, 10, 0, True),
+        log(0, "eval", 0, 20, 0, False), log(0, "eval", 0, 20, 0, True),  # demos-only baseline
+        log(1, "dagger", 0, 20, 10, True), log(1, "dagger", 1, 20, 0, False),
+        log(1, "eval", 1, 20, 0, False), log(1, "eval", 2, 20, 0, True),
+        log(2, "dagger", 3, 10, 1, True), log(2, "dagger", 3, 10, 0, True),
     ]  # fmt: skip
     rounds = round_summary(entries)
-    assert rounds[0]["intervention_rate"] == 0.25 and rounds[0]["autonomous_success"] == 0.5
-    assert rounds[0]["autonomous_episodes"] == 2  # eval episodes when there are some
-    assert rounds[1]["intervention_rate"] == 0.05 and rounds[1]["autonomous_episodes"] == 1  # else untouched ones
+    assert rounds[0]["intervention_rate"] is None and rounds[0]["autonomous_success"] == 0.5
+    assert rounds[1]["intervention_rate"] == 0.25 and rounds[1]["autonomous_success"] == 0.5
+    assert rounds[1]["autonomous_episodes"] == 2  # eval episodes when there are some
+    assert rounds[2]["intervention_rate"] == 0.05 and rounds[2]["autonomous_episodes"] == 1  # else untouched ones
     per_version = version_summary(entries)
+    assert per_version[0] == {"episodes": 2, "successes": 1, "success_rate": 0.5}  # dagger v0 was touched
     assert per_version[1] == {"episodes": 2, "successes": 0, "success_rate": 0.0}
-    assert per_version[3]["success_rate"] == 1.0 and 0 not in per_version
+    assert per_version[3]["success_rate"] == 1.0
