@@ -167,15 +167,28 @@ def _lerobot_demos(root: Path, cameras: list[str]) -> ReplayBuffer:
 
     reader = LeRobotReader(root)
     chunks = []
+    policy_steps = 0
     for ep in reader.episodes(images=bool(cameras)):
         chunk = episode_transitions(ep, cameras)
-        if chunk is not None:
-            chunks.append(chunk)
+        if chunk is None:
+            continue
+        # An HG-DAgger session (or an RL run's recording) holds the policy's own steps too:
+        # only what the human did is a demonstration. Teleop datasets are all human.
+        human = chunk["intervention"]
+        policy_steps += int((~human).sum())
+        if human.any():
+            chunks.append({k: v[human] for k, v in chunk.items()})
     if not chunks:
-        raise ValueError(f"demos={root}: no usable transitions in {reader.num_episodes} episode(s)")
+        raise ValueError(
+            f"demos={root}: no human-controlled transitions in {reader.num_episodes} episode(s) "
+            "(demonstrations are the steps flagged `intervention`)"
+        )
     n = sum(len(c["reward"]) for c in chunks)
     demos = ReplayBuffer(capacity=n)
     for c in chunks:
         demos.add(c)
-    log.info("demos: %d transitions from %d LeRobot episodes in %s", n, len(chunks), root)
+    log.info(
+        "demos: %d human transitions from %d LeRobot episodes in %s (%d policy steps left out)",
+        n, len(chunks), root, policy_steps,
+    )  # fmt: skip
     return demos

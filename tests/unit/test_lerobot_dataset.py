@@ -179,3 +179,26 @@ def test_reader_refuses_what_is_not_a_v3_dataset(tmp_path):
     (tmp_path / "meta/info.json").write_text(json.dumps({"codebase_version": "v2.1"}))
     with pytest.raises(fmt.DatasetError, match="v2.1"):
         LeRobotReader(tmp_path)
+
+
+def test_only_human_steps_of_a_session_become_demonstrations(tmp_path):
+    from rlinf_user.runtime.replay_service import load_demo_buffer
+
+    root = tmp_path / "session"
+    w = LeRobotWriter(root, FPS, features())
+    states, _ = record(w, 0, 10)  # the policy acted on steps 0-4, the human on 5-9
+    w.close()
+    demos = load_demo_buffer(str(root), ["wrist"])
+    assert demos.size == 5 and demos.storage["intervention"][:5].all()
+    np.testing.assert_allclose(demos.storage["obs/state"][:5], states[5:])
+    assert demos.storage["terminated"][4] == 1.0  # the episode's terminal step is one of them
+
+    policy_only = tmp_path / "policy_only"
+    w = LeRobotWriter(policy_only, FPS, features())
+    w.add_frame({"observation.state": np.zeros(4, np.float32), "action": np.zeros(7, np.float32),
+                 "next.reward": 0.0, "next.done": True, "next.truncated": False, "next.success": False,
+                 "intervention": False, "policy_version": 1}, {"wrist": frame_image(0, 0)})  # fmt: skip
+    w.save_episode("push the cube")
+    w.close()
+    with pytest.raises(ValueError, match="no human-controlled transitions"):
+        load_demo_buffer(str(policy_only))
