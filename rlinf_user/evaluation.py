@@ -38,10 +38,20 @@ def frame_of(env, obs: dict[str, Any]) -> np.ndarray | None:
     return None if frame is None else np.asarray(frame, dtype=np.uint8)
 
 
-def evaluate_policy(env, policy, episodes: int, video_episodes: int = 0, seed: int = 10_000) -> dict[str, Any]:
+def checkpoint_spec(path: str | Path) -> dict[str, Any] | None:
+    """The learner-side spec a checkpoint was trained for (None for older checkpoints)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return state.get("spec")
+
+
+def evaluate_policy(
+    env, policy, episodes: int, video_episodes: int = 0, seed: int = 10_000, adapter=None
+) -> dict[str, Any]:
+    """``adapter`` (:class:`rlinf_user.runtime.fleet.Adapter`): the policy was trained on a
+    fleet's union spec; it maps this env's observations in and actions out."""
     from rlinf_user.runtime.env_worker import env_spec, expand_action, obs_to_torch
 
-    spec = env_spec(env)
+    spec = adapter.fleet if adapter is not None else env_spec(env)
 
     results, frames = [], []
     for ep in range(episodes):
@@ -53,8 +63,10 @@ def evaluate_policy(env, policy, episodes: int, video_episodes: int = 0, seed: i
                 if f is not None:
                     frames.append(f)
             batch = {"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}}
-            action = policy.act(obs_to_torch(batch), deterministic=True).numpy()[0]
-            obs, r, te, tr, info = env.step(expand_action(action, spec))
+            if adapter is not None:
+                batch = adapter.obs(batch)
+            action = expand_action(policy.act(obs_to_torch(batch), deterministic=True).numpy()[0], spec)
+            obs, r, te, tr, info = env.step(adapter.env_action(action) if adapter is not None else action)
             ret += r
             steps += 1
             done = te or tr

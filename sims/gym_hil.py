@@ -150,7 +150,12 @@ class GymHilEnv(ContractEnv):
     @classmethod
     def from_config(cls, cfg: Any, seed: int | None = None) -> GymHilEnv:
         """Build from an ``EnvConfig``; ``cfg.kwargs`` go to the gym_hil env (e.g.
-        ``random_block_position``) apart from ``ee_step_size``."""
+        ``random_block_position``) apart from ``ee_step_size``. ``random_block_position``
+        belongs to the pick task; other tasks refuse a true value and ignore the default."""
+        kwargs = dict(cfg.kwargs or {})
+        if "random_block_position" in kwargs and resolve_task(cfg.task) != TASKS["PandaPickCube"]:
+            if kwargs.pop("random_block_position"):
+                raise ValueError(f"env.kwargs.random_block_position=true applies to PandaPickCube only, not {cfg.task}")
         return cls(
             cfg.task,
             cameras=list(cfg.cameras or ()),
@@ -159,7 +164,7 @@ class GymHilEnv(ContractEnv):
             max_episode_steps=int(cfg.max_episode_steps),
             control_hz=float(cfg.control_hz),
             seed=seed,
-            **dict(cfg.kwargs or {}),
+            **kwargs,
         )
 
     @property

@@ -31,17 +31,33 @@ def run_eval(args, console) -> int:
     cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(cfg_path))
     if args.overrides:
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(args.overrides))
-    env = make_env(cfg.env, seed=cfg.seed + 12345)
-    policy, version = load_policy_from_checkpoint(ckpt, cfg, env_spec(env))
-    console.print(f"evaluating [bold]{ckpt}[/] (policy version {version}) for {args.episodes} episodes")
-    result = evaluate_policy(env, policy, args.episodes, args.video_episodes)
+    from rlinf_user.evaluation import checkpoint_spec
+    from rlinf_user.runtime.fleet import Adapter, members
+
+    fleet = members(cfg)
+    names = [m.name for m in fleet]
+    name = args.member or names[0]
+    if name not in names:
+        from rlinf_user.config.compose import ConfigError
+
+        raise ConfigError(f"--member {name}: this run's fleet members are {', '.join(names)}")
+    member = fleet[names.index(name)]
+    env = make_env(member.env, seed=cfg.seed + 12345)
+    trained = checkpoint_spec(ckpt) or env_spec(env)
+    adapter = Adapter(env_spec(env), {"env_state_dim": trained["state_dim"], "member_id_dims": 0, **trained}, member.index)
+    policy, version = load_policy_from_checkpoint(ckpt, cfg, trained)
+    where = f" on member {name}" if len(fleet) > 1 else ""
+    console.print(f"evaluating [bold]{ckpt}[/] (policy version {version}){where} for {args.episodes} episodes")
+    result = evaluate_policy(env, policy, args.episodes, args.video_episodes, adapter=adapter)
     env.close()
     out = Path(args.out) if args.out else run_dir / "eval"
     out.mkdir(parents=True, exist_ok=True)
-    video = out / f"eval-{ckpt.stem}.mp4"
+    stem = f"eval-{ckpt.stem}" + (f"-{name}" if len(fleet) > 1 else "")
+    video = out / f"{stem}.mp4"
     wrote = write_video(result.pop("frames"), video, fps=cfg.env.control_hz)
     result.update(checkpoint=str(ckpt), policy_version=version, video=str(video) if wrote else None)
-    write_json(out / f"eval-{ckpt.stem}.json", result)
+    result["member"] = name
+    write_json(out / f"{stem}.json", result)
     table = Table(title=f"evaluation of {ckpt.name}", show_header=False)
     table.add_row("episodes", str(result["episodes"]))
     table.add_row("success rate", f"{result['success_rate']:.0%}")

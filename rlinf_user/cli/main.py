@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=int, default=20, help="episodes to run (default 20)")
     ev.add_argument("--video-episodes", type=int, default=3, help="episodes recorded to mp4 (default 3)")
     ev.add_argument("--out", help="where to write results (default <run>/eval/)")
+    ev.add_argument("--member", help="the fleet member whose env to evaluate on (default: the first)")
     ev.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides on the run's config")
 
     edge = sub.add_parser(

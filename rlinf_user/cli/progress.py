@@ -22,6 +22,11 @@ def progress_table(p: Progress, total_steps: int, title: str) -> Table:
     t.add_row("updates (updates/s)", f"{p.updates:,} ({p.updates_per_s:,.0f}/s)")
     t.add_row("policy version", f"{p.version}")
     t.add_row("wall time", f"{p.wall / 60:.1f} min")
+    if len(p.members) > 1:
+        for name, m in sorted(p.members.items()):
+            recent = list(m["recent"])
+            rate = f"{sum(e['success'] for e in recent) / len(recent):.0%}" if recent else "-"
+            t.add_row(f"  {name}", f"{m['env_steps']:,} steps, {m['episodes']:,} episodes, success {rate}")
     if p.intervention_rate is not None:
         t.add_row("human intervention (last 20 supervised episodes)", f"{p.intervention_rate:.0%}")
     if p.supervisor_lost:

@@ -59,6 +59,16 @@ def _explain(err: Exception) -> str:
 def validate(cfg: DictConfig) -> None:
     """Fail before anything starts: missing values (naming every key), impossible combos."""
     missing = sorted(OmegaConf.missing_keys(cfg))
+    fleet = list(cfg.get("fleet") or [])
+    if fleet:  # a value every fleet member sets itself (each robot's edge host) is not missing
+
+        def set_by_all(key: str) -> bool:
+            sub = key.split(".", 1)[1] if key.startswith("env.") else None
+            return sub is not None and all(
+                OmegaConf.select(OmegaConf.create(dict(m.env or {})), sub, default=None) is not None for m in fleet
+            )
+
+        missing = [k for k in missing if not set_by_all(k)]
     if missing:
         raise ConfigError(
             "missing required config value(s): "
@@ -96,6 +106,19 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("total_env_steps must be > 0")
     from rlinf_user.env.registry import validate_env_config
 
+    if fleet:
+        from rlinf_user.runtime.fleet import members
+
+        try:
+            ms = members(cfg)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        for m in ms:
+            try:
+                validate_env_config(m.env)
+            except (KeyError, ValueError) as err:
+                raise ConfigError(f"fleet member {m.name!r}: {err}") from err
+        return
     try:
         validate_env_config(cfg.env)
     except (KeyError, ValueError) as err:

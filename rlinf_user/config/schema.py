@@ -86,6 +86,7 @@ class RoleResources:
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     resources: dict[str, float] = field(default_factory=dict)
+    group: str | None = None  # a name in placement.groups: run on a node of that group
 
 
 @dataclass
@@ -99,14 +100,35 @@ class PlacementConfig:
 
     mode: str = "collocated"  # collocated | disaggregated
     ray_address: str | None = None  # None: start a local Ray runtime
+    # Named node groups: a node belongs to a group by offering its custom resource
+    # (`ray start --resources='{"gpu_box": 1}'`); a role with `group: gpu_box` lands there.
+    groups: dict[str, Any] = field(default_factory=dict)
     num_env_workers: int = 1
     envs_per_worker: int = 1
     learner: RoleResources = field(default_factory=RoleResources)
     env_worker: RoleResources = field(default_factory=RoleResources)
     buffer: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.5))
+    eval_worker: RoleResources = field(default_factory=RoleResources)  # simulators: where evaluation runs
     learner_device: str = "auto"  # auto | cpu | cuda
     rollout_device: str = "cpu"
     torch_threads: int = 1
+
+
+@dataclass
+class FleetMember:
+    """One robot (behind its edge daemon) or simulator instance feeding the learner.
+
+    ``env`` overrides the run's ``env`` for this member (another edge host, task, camera
+    set...); ``resources`` pin its workers to the node that reaches it, e.g.
+    ``{"franka_left": 1}`` offered by that robot PC. Members may differ in state size,
+    cameras and active action dims: the learner trains one policy on their union."""
+
+    name: str = MISSING
+    env: dict[str, Any] = field(default_factory=dict)
+    resources: dict[str, float] = field(default_factory=dict)
+    workers: int = 1
+    envs_per_worker: int = 1
+    num_cpus: float = 1.0
 
 
 @dataclass
@@ -190,6 +212,10 @@ class RunConfig:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     hg_dagger: HGDaggerConfig = field(default_factory=HGDaggerConfig)
     intervention: InterventionConfig = field(default_factory=InterventionConfig)
+    # Several robots/sims feeding one learner; empty: `env` on placement.num_env_workers.
+    fleet: list[FleetMember] = field(default_factory=list)
+    # Append a one-hot member id to the state (None: when the members' envs differ).
+    fleet_member_id: bool | None = None
     seed: int = 0
     total_env_steps: int = 100_000
     target_success: float | None = None  # stop early once evaluation reaches it

@@ -58,26 +58,41 @@ def flatten_obs(prefix: str, obs: dict[str, Any], out: dict[str, list]) -> None:
 
 
 class EnvWorker:
-    def __init__(self, cfg, worker_id: int, weight_store=None, sink=None, seed: int = 0, num_envs: int | None = None):
-        from rlinf_user.algorithms.sac import build_policy
-        from rlinf_user.runtime.weights import WeightSubscriber
+    """Steps one member's envs (see :mod:`rlinf_user.runtime.fleet`). Its observations and
+    actions are adapted to the learner's spec (``fleet_spec``); without one given, the
+    worker serves its own env's spec, or waits for :meth:`attach` when it is a fleet
+    member whose learner spec is not known yet."""
 
+    def __init__(
+        self,
+        cfg,
+        worker_id: int,
+        weight_store=None,
+        sink=None,
+        seed: int = 0,
+        num_envs: int | None = None,
+        member=None,
+        fleet_spec: dict[str, Any] | None = None,
+    ):
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
         self.cfg = cfg
         self.worker_id = worker_id
         self.sink = sink
-        n = int(num_envs or cfg.placement.envs_per_worker)
+        self.weight_store = weight_store
+        self.member_name = member.name if member is not None else "env"
+        self.member_index = member.index if member is not None else 0
+        env_cfg = member.env if member is not None else cfg.env
+        n = int(num_envs or (member.envs_per_worker if member is not None else cfg.placement.envs_per_worker))
         iv = cfg.get("intervention")
         supervised = bool(iv is not None and iv.enabled and worker_id == 0)
         if supervised:
             n = 1  # a person supervises one env
-        self.envs = make_vector_env(cfg.env, n, seed)
-        self.spec = env_spec(self.envs)
-        self.policy = build_policy(
-            cfg.policy, self.spec["state_dim"], self.spec["cameras"], self.spec["action_dim"]
-        )
-        self.policy.eval()
-        self.weights = WeightSubscriber(weight_store, self.policy) if weight_store is not None else None
+        self.envs = make_vector_env(env_cfg, n, seed)
+        self.own_spec = env_spec(self.envs)
+        self.spec: dict[str, Any] | None = None
+        self.policy = None
+        self.weights = None
+        self.adapter = None
         self.rng = np.random.default_rng(seed)
         self.obs = self.envs.reset(seed=seed)
         self.pending: dict[str, list] = {}
@@ -93,16 +108,54 @@ class EnvWorker:
 
             self.supervisor = Supervisor.from_config(cfg)
             self.supervisor.begin_episode()
+        if fleet_spec is not None or member is None:
+            self.attach(fleet_spec or self.own_spec)
+
+    def attach(self, fleet_spec: dict[str, Any], sink=None) -> dict[str, Any]:
+        """Build the policy for the learner's spec and the adapter to it; raises
+        ``ValueError`` naming what does not fit."""
+        from rlinf_user.algorithms.sac import build_policy
+        from rlinf_user.runtime.fleet import Adapter
+        from rlinf_user.runtime.weights import WeightSubscriber
+
+        self.adapter = Adapter(self.own_spec, fleet_spec, self.member_index)
+        self.spec = fleet_spec
+        self.policy = build_policy(
+            self.cfg.policy, fleet_spec["state_dim"], fleet_spec["cameras"], fleet_spec["action_dim"]
+        )
+        self.policy.eval()
+        if self.weight_store is not None:
+            self.weights = WeightSubscriber(self.weight_store, self.policy)
+        if sink is not None:
+            self.sink = sink
+        return self.identity()
+
+    def identity(self) -> dict[str, Any]:
+        """Which member this is and where it runs."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        return {"member": self.member_name, "worker": self.worker_id, "node": node}
+
+    def _fleet_obs(self, obs: dict[str, Any]) -> dict[str, Any]:
+        return self.adapter.obs(obs)
+
+    def _fleet_obs_one(self, obs: dict[str, Any]) -> dict[str, Any]:
+        batched = {"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}}
+        if "timestamps" in obs:
+            batched["timestamps"] = {k: np.asarray(v)[None] for k, v in obs["timestamps"].items()}
+        return index_obs(self.adapter.obs(batched), 0)
 
     def get_spec(self) -> dict[str, Any]:
-        return self.spec
+        """This worker's own env spec (the learner's is the fleet's union of these)."""
+        return self.own_spec
 
-    def _act(self, random: bool) -> np.ndarray:
+    def _act(self, obs: dict[str, Any], random: bool) -> np.ndarray:
         if random:
             a = self.rng.uniform(-1, 1, size=(self.envs.num_envs, self.spec["action_dim"]))
         else:
             with torch.no_grad():
-                a = self.policy.act(obs_to_torch(self.obs)).numpy()
+                a = self.policy.act(obs_to_torch(obs)).numpy()
         return expand_action(a.astype(np.float32), self.spec)
 
     def rollout(self, num_steps: int, random: bool = False) -> dict[str, Any]:
@@ -111,21 +164,25 @@ class EnvWorker:
             self.weights.sync()
         episodes: list[dict[str, Any]] = []
         t0 = time.perf_counter()
+        if self.policy is None:
+            raise RuntimeError("this fleet worker was not attached to the learner's spec yet")
         for _ in range(num_steps):
             if self.weights is not None:
                 self.weights.poll()
-            actions = self._act(random)
+            obs = self._fleet_obs(self.obs)
+            actions = self._act(obs, random)
             flags = np.zeros(self.envs.num_envs, dtype=bool)
             if self.supervisor is not None:
-                d = self.supervisor.decide(index_obs(self.obs, 0), actions[0])
+                d = self.supervisor.decide(index_obs(self.obs, 0), self.adapter.env_action(actions[0]))
                 if d is not None:
                     actions[0], flags[0] = d.action, d.intervention
-            next_obs, rewards, terms, truncs, infos = self.envs.step(actions)
+            next_obs, rewards, terms, truncs, infos = self.envs.step(self.adapter.env_action(actions))
+            fleet_next = self._fleet_obs(next_obs)
             version = self.weights.version if self.weights is not None else -1
             for i in range(self.envs.num_envs):
                 done = bool(terms[i] or truncs[i])
-                real_next = infos[i]["final_obs"] if done else index_obs(next_obs, i)
-                flatten_obs("obs", index_obs(self.obs, i), self.pending)
+                real_next = self._fleet_obs_one(infos[i]["final_obs"]) if done else index_obs(fleet_next, i)
+                flatten_obs("obs", index_obs(obs, i), self.pending)
                 flatten_obs("next_obs", real_next, self.pending)
                 for key, val in (
                     ("action", actions[i]),
@@ -143,6 +200,7 @@ class EnvWorker:
                 if done:
                     episodes.append(
                         {
+                            "member": self.member_name,
                             "return": float(self.episode_return[i]),
                             "length": int(self.episode_len[i]),
                             "success": bool(infos[i].get("success", False)),
@@ -162,6 +220,8 @@ class EnvWorker:
         self._flush()
         return {
             "worker": self.worker_id,
+            "member": self.member_name,
+            "node": self.identity()["node"],
             "steps": num_steps * self.envs.num_envs,
             "seconds": time.perf_counter() - t0,
             "episodes": episodes,
@@ -200,10 +260,10 @@ class EnvWorker:
             while not done:
                 if record_video and ep < 3:
                     frames.append(env.render())
-                batch = {"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}}
+                batch = self._fleet_obs({"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}})
                 with torch.no_grad():
                     a = self.policy.act(obs_to_torch(batch), deterministic=True).numpy()[0]
-                obs, r, te, tr, info = env.step(expand_action(a, self.spec))
+                obs, r, te, tr, info = env.step(self.adapter.env_action(expand_action(a, self.spec)))
                 ret += r
                 done = te or tr
             results.append({"return": ret, "success": bool(info.get("success", False))})

@@ -51,6 +51,8 @@ class Learner:
         self.device = resolve_device(cfg.placement.learner_device)
         self.agent = SAC(cfg.algo, cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"], self.device)
         self.active_dims = spec.get("active_dims")
+        self.spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.items()}
+        self.spec["cameras"] = {k: list(v) for k, v in spec["cameras"].items()}
         self.run_dir = Path(run_dir)
         self.weight_store = weight_store
         self.version = -1
@@ -99,6 +101,12 @@ class Learner:
         log.info("BC warm start: %d updates on the demonstrations, final loss %.4f", updates, loss)
         self.bc_warmup_loss = loss
         return loss
+
+    def where(self) -> dict[str, Any]:
+        """The node (and devices) this learner runs on, for the run summary."""
+        import ray
+
+        return {"node": ray.get_runtime_context().get_node_id(), "device": str(self.device)}
 
     # -- replay (collocated mode receives chunks here) --------------------------------
     def add(self, chunk: dict[str, np.ndarray]) -> int:
@@ -175,6 +183,7 @@ class Learner:
                 "agent": self.agent.checkpoint_state(),
                 "version": self.version,
                 "env_steps": env_steps,
+                "spec": self.spec,  # what the policy takes and gives (a fleet's union)
                 "rng": torch.get_rng_state(),
                 **(extra or {}),
             }

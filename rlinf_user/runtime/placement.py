@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MODES = ("collocated", "disaggregated")
+GROUP_SHARE = 0.01  # what a role asks of its group's resource: up to 100 roles per node
 
 
 @dataclass
@@ -44,6 +45,8 @@ class Plan:
     replay: RolePlan | None  # None: inside the learner
     weights: RolePlan
     num_env_workers: int
+    eval_worker: RolePlan | None = None
+    groups: dict[str, dict[str, float]] | None = None
 
     def total_cpus(self) -> float:
         cpus = self.learner.num_cpus + self.weights.num_cpus
@@ -53,16 +56,27 @@ class Plan:
         return cpus
 
 
-def _role(res, max_concurrency: int = 1) -> RolePlan:
-    return RolePlan(float(res.num_cpus), float(res.num_gpus), dict(res.resources or {}), max_concurrency)
+def _role(res, max_concurrency: int = 1, groups: dict | None = None) -> RolePlan:
+    resources = {k: float(v) for k, v in dict(res.resources or {}).items()}
+    group = res.get("group") if hasattr(res, "get") else getattr(res, "group", None)
+    if group:
+        if group not in (groups or {}):
+            raise ValueError(f"placement: group {group!r} is not in placement.groups ({', '.join(groups or {}) or 'none'})")
+        # membership, not consumption: many roles may share a group's node
+        resources.update({k: GROUP_SHARE for k in groups[group]})
+    return RolePlan(float(res.num_cpus), float(res.num_gpus), resources, max_concurrency)
 
 
 def make_plan(placement_cfg, gpu_available: bool) -> Plan:
     mode = placement_cfg.mode
     if mode not in MODES:
         raise ValueError(f"placement.mode must be one of {MODES}, got {mode!r}")
-    learner = _role(placement_cfg.learner, max_concurrency=4)
-    env_worker = _role(placement_cfg.env_worker)
+    groups = {str(k): {str(r): float(v) for r, v in dict(g or {}).items()} for k, g in dict(placement_cfg.get("groups") or {}).items()}
+    learner = _role(placement_cfg.learner, max_concurrency=4, groups=groups)
+    env_worker = _role(placement_cfg.env_worker, groups=groups)
+    eval_cfg = placement_cfg.get("eval_worker")
+    # evaluation on a simulator runs anywhere unless placed: not on a robot's resources
+    eval_worker = _role(eval_cfg, groups=groups) if eval_cfg is not None else RolePlan(env_worker.num_cpus, 0.0, {})
     if not gpu_available:
         learner.num_gpus = 0.0
         env_worker.num_gpus = 0.0
@@ -72,13 +86,16 @@ def make_plan(placement_cfg, gpu_available: bool) -> Plan:
         env_worker.num_gpus = 0.5 / max(1, placement_cfg.num_env_workers + 1)
     replay = None
     if mode == "disaggregated":
-        replay = _role(placement_cfg.buffer, max_concurrency=4)
+        replay = _role(placement_cfg.buffer, max_concurrency=4, groups=groups)
         replay.num_gpus = 0.0
-    weights = RolePlan(0.1, 0.0, {})
-    return Plan(mode, learner, env_worker, replay, weights, int(placement_cfg.num_env_workers))
+    # the weight store sits with the learner: publication is a local object-store put
+    weights = RolePlan(0.1, 0.0, dict(learner.resources))
+    if gpu_available:
+        eval_worker.num_gpus = env_worker.num_gpus
+    return Plan(mode, learner, env_worker, replay, weights, int(placement_cfg.num_env_workers), eval_worker, groups)
 
 
-def ray_init_kwargs(placement_cfg, plan: Plan) -> dict[str, Any]:
+def ray_init_kwargs(placement_cfg, plan: Plan, extra_resources: tuple = ()) -> dict[str, Any]:
     """Arguments for ``ray.init``: join a cluster when an address is given, else start a
     local runtime sized so every role fits (logical CPUs may exceed physical cores)."""
     if placement_cfg.ray_address:
@@ -86,7 +103,12 @@ def ray_init_kwargs(placement_cfg, plan: Plan) -> dict[str, Any]:
     cpus = max(os.cpu_count() or 1, int(plan.total_cpus() + 0.999))
     kwargs: dict[str, Any] = {"num_cpus": cpus, "include_dashboard": False, "log_to_driver": True}
     # One machine that reaches the robot(s) itself offers them as resources, e.g.
-    # {"franka": 1}; on a cluster the node that reaches a robot registers it.
-    if plan.env_worker.resources:
-        kwargs["resources"] = {k: float(v) for k, v in plan.env_worker.resources.items()}
+    # {"franka": 1}, and is every node group at once; on a cluster each node registers
+    # what it reaches or is (`ray start --resources=...`).
+    resources: dict[str, float] = {}
+    for res in [plan.env_worker.resources, *(plan.groups or {}).values(), *extra_resources]:
+        for k, v in res.items():
+            resources[k] = max(resources.get(k, 0.0), float(v))
+    if resources:
+        kwargs["resources"] = resources
     return kwargs

@@ -126,6 +126,11 @@ class ReplayService:
     def size(self) -> int:
         return self.buffer.size
 
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {"node": ray.get_runtime_context().get_node_id()}
+
     def stats(self) -> dict[str, Any]:
         return {
             "size": self.buffer.size,

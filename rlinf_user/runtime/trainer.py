@@ -22,13 +22,13 @@ import numpy as np
 
 from rlinf_user.rundir import write_json
 from rlinf_user.runtime.placement import make_plan, ray_init_kwargs
+from rlinf_user.runtime.workers import PoolError, WorkerPool
 
 log = logging.getLogger(__name__)
 
 ROLLOUT_STEPS = 100
 ROLLOUTS_IN_FLIGHT = 2
 TRAIN_CALL_UPDATES = 50
-MAX_WORKER_RESTARTS = 5
 
 
 class RunError(RuntimeError):
@@ -57,6 +57,7 @@ class Progress:
     intervention_rate: float | None = None  # human-controlled share of supervised steps
     interventions: int = 0  # human-controlled steps so far
     supervisor_lost: str | None = None
+    members: dict[str, dict[str, Any]] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -67,7 +68,13 @@ def _ray_init(cfg, plan) -> None:
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    kwargs = ray_init_kwargs(cfg.placement, plan)
+    from rlinf_user.runtime.fleet import members
+
+    try:  # one machine offers every member's robot itself
+        wanted = tuple({k: v * m.workers for k, v in m.resources.items()} for m in members(cfg))
+    except ValueError as err:
+        raise RunError(str(err)) from err
+    kwargs = ray_init_kwargs(cfg.placement, plan, wanted)
     log.info("starting Ray: %s", kwargs)
     ray.init(**kwargs)
 
@@ -86,6 +93,7 @@ class Trainer:
         import torch
 
         from rlinf_user.runtime.env_worker import EnvWorker
+        from rlinf_user.runtime.fleet import members
         from rlinf_user.runtime.learner import Learner, latest_checkpoint
         from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos
         from rlinf_user.runtime.weights import WeightStore
@@ -96,18 +104,16 @@ class Trainer:
         _ray_init(cfg, plan)
         self.EnvWorkerActor = ray.remote(EnvWorker)
         self.weights = ray.remote(WeightStore).options(**plan.weights.actor_options()).remote()
-        # A simulator gets its own evaluation worker. A robot is one physical thing: its
-        # training worker runs the evaluation episodes between rollout chunks.
-        self.shares_robot = cfg.env.kind == "robot"
-        if self.shares_robot:
-            self.eval_worker = self._spawn_worker(0)
-        else:
-            self.eval_worker = self.EnvWorkerActor.options(**plan.env_worker.actor_options()).remote(
-                cfg, 999, self.weights, None, cfg.seed + 999_983, 1
-            )
         try:
-            self.spec = ray.get(self.eval_worker.get_spec.remote())
-        except ray.exceptions.RayError as err:
+            self.members = members(cfg)
+        except ValueError as err:
+            raise RunError(str(err)) from err
+        self.pool = WorkerPool(cfg, plan, self.weights, self.members, self.EnvWorkerActor)
+        try:
+            self.spec = self.pool.start()
+        except PoolError as err:
+            raise RunError(str(err)) from err
+        except (ray.exceptions.RayError, ValueError) as err:
             raise RunError(
                 f"the environment {cfg.env.backend}:{cfg.env.task} could not start: {_root_cause(err)} "
                 "(`rlinf-user doctor` lists what is missing)"
@@ -144,20 +150,25 @@ class Trainer:
                 log.info("resumed from %s: %s", ckpt, state)
         self.progress.version = ray.get(self.learner.publish.remote())
         self.sink = self.replay if self.replay is not None else self.learner
-        if self.shares_robot:
-            ray.get(self.eval_worker.set_sink.remote(self.sink))
-            self.workers = [self.eval_worker]
-            self.workers += [self._spawn_worker(i) for i in range(1, plan.num_env_workers)]
-        else:
-            self.workers = [self._spawn_worker(i) for i in range(plan.num_env_workers)]
+        self.pool.set_sink(self.sink)
+        # A simulator gets its own evaluation worker (member 0's env). A robot is one
+        # physical thing: its first training worker runs the evaluation episodes between
+        # rollout chunks.
+        self.shares_robot = self.members[0].env.kind == "robot"
+        self._own_eval_worker = None
+        if not self.shares_robot:
+            self._own_eval_worker = self.EnvWorkerActor.options(**plan.eval_worker.actor_options()).remote(
+                cfg, 999, self.weights, None, cfg.seed + 999_983, 1, self.members[0], self.spec
+            )
         if self.cfg.resume:
             log.info("replay after restore: %s", ray.get(self.learner.replay_stats.remote()))
 
-    def _spawn_worker(self, i: int, generation: int = 0):
-        seed = self.cfg.seed + 7919 * (i + 1) + 104_729 * generation
-        return self.EnvWorkerActor.options(**self.plan.env_worker.actor_options()).remote(
-            self.cfg, i, self.weights, getattr(self, "sink", None), seed
-        )
+    @property
+    def eval_worker(self):
+        if self._own_eval_worker is not None:
+            return self._own_eval_worker
+        first = next((s for s in self.pool.slots if s.member.index == 0 and s.status == "running"), None)
+        return None if first is None else first.actor
 
     # -- main loop ----------------------------------------------------------------------------
     def run(self) -> Progress:
@@ -173,10 +184,15 @@ class Trainer:
         # Each worker always has its next rollout call queued behind the running one, so it
         # goes straight on (a robot never idles while this loop books a finished chunk).
         rollout_calls: dict[Any, tuple[int, int]] = {}
-        generations = [0] * len(self.workers)
-        for i, w in enumerate(self.workers):
-            for _ in range(ROLLOUTS_IN_FLIGHT):
-                rollout_calls[self._rollout(w)] = (i, 0)
+        pool = self.pool
+
+        def queue(slot, n: int = ROLLOUTS_IN_FLIGHT) -> None:
+            for _ in range(n):
+                rollout_calls[self._rollout(slot.actor)] = (slot.index, slot.generation)
+
+        for slot in pool.running():
+            queue(slot)
+        last_idle_warning = time.monotonic()
         train_call = self.learner.train.remote(TRAIN_CALL_UPDATES, p.env_steps)
         eval_call = None
         next_eval = p.env_steps + cfg.eval_every_steps
@@ -201,54 +217,42 @@ class Trainer:
                     train_call = self.learner.train.remote(TRAIN_CALL_UPDATES, p.env_steps)
                 elif ref is eval_call:
                     eval_call = None
-                    self._record_eval(ray.get(ref), time.monotonic() - t_start)
+                    try:
+                        self._record_eval(ray.get(ref), time.monotonic() - t_start)
+                    except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                        log.error("evaluation failed (%s); the next one runs on a fresh worker", _root_cause(err))
+                        self._replace_eval_worker()
                 else:
                     i, gen = rollout_calls.pop(ref)
+                    slot = pool.slots[i]
                     try:
                         r = ray.get(ref)
                     except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
-                        if gen != generations[i]:
+                        if gen != slot.generation or slot.status != "running":
                             continue  # a queued call of a worker already replaced
                         p.worker_restarts += 1
-                        log.error("env worker %d failed (%s); restarting it", i, err)
-                        if p.worker_restarts > MAX_WORKER_RESTARTS:
+                        try:
+                            restarted = pool.failed(slot, err)
+                        except PoolError as pool_err:
                             raise RunError(
-                                f"env workers failed {p.worker_restarts} times (last: {_root_cause(err)}); "
-                                f"giving up; continue with `rlinf-user train resume={self.run_dir}`"
+                                f"{pool_err}; continue with `rlinf-user train resume={self.run_dir}`"
                             ) from err
-                        ray.kill(self.workers[i], no_restart=True)
-                        generations[i] += 1
-                        self.workers[i] = self._spawn_worker(i, generations[i])
-                        if self.shares_robot and i == 0:
-                            self.eval_worker = self.workers[0]
-                        for _ in range(ROLLOUTS_IN_FLIGHT):
-                            rollout_calls[self._rollout(self.workers[i])] = (i, generations[i])
+                        if restarted:
+                            queue(slot)
                         continue
-                    p.env_steps += r["steps"]
-                    for ep in r["episodes"]:
-                        p.episodes += 1
-                        recent.append(ep)
-                        scalars = {"return": ep["return"], "success": float(ep["success"])}
-                        if is_supervised and i == 0:
-                            supervised.append(ep)
-                            p.interventions += ep["intervention_steps"]
-                            scalars["intervention_rate"] = ep["intervention_steps"] / max(1, ep["length"])
-                        self._scalars(scalars, "episode")
-                    if supervised:
-                        p.intervention_rate = sum(e["intervention_steps"] for e in supervised) / max(
-                            1, sum(e["length"] for e in supervised)
-                        )
-                    if r.get("supervisor_lost") and not p.supervisor_lost:
-                        p.supervisor_lost = r["supervisor_lost"]
-                        log.error("teleop device lost (%s): training goes on without interventions", p.supervisor_lost)
-                    if recent:
-                        p.recent_success = float(np.mean([e["success"] for e in recent]))
-                        p.recent_return = float(np.mean([e["return"] for e in recent]))
+                    pool.note(slot, r)
+                    self._book_rollout(r, recent, supervised, is_supervised and i == 0)
                     queued = sum(1 for j, _ in rollout_calls.values() if j == i)
                     if p.env_steps + queued * ROLLOUT_STEPS < cfg.total_env_steps:
-                        rollout_calls[self._rollout(self.workers[i])] = (i, generations[i])
+                        rollout_calls[self._rollout(slot.actor)] = (i, slot.generation)
+            for slot in pool.arrivals():
+                if p.env_steps < cfg.total_env_steps:
+                    queue(slot)
+            if not rollout_calls and p.env_steps < cfg.total_env_steps and time.monotonic() - last_idle_warning > 30:
+                last_idle_warning = time.monotonic()
+                log.warning("no env worker is running (fleet: %s); waiting for a node to come back", pool.status())
             p.wall = time.monotonic() - t_start
-            if eval_call is None and p.env_steps >= next_eval:
+            if eval_call is None and p.env_steps >= next_eval and self.eval_worker is not None:
                 next_eval += cfg.eval_every_steps
                 eval_call = self.eval_worker.evaluate.remote(cfg.eval_episodes)
             if p.env_steps >= next_ckpt:
@@ -277,7 +281,10 @@ class Trainer:
         log.info("stopping: %s", stop_reason)
         ray.get(train_call)
         if eval_call is not None:
-            self._record_eval(ray.get(eval_call), time.monotonic() - t_start)
+            try:
+                self._record_eval(ray.get(eval_call), time.monotonic() - t_start)
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                log.error("evaluation failed: %s", _root_cause(err))
         ckpt = ray.get(self.learner.save_checkpoint.remote(p.env_steps))
         final = self._final_eval(time.monotonic() - t_start)
         summary = {
@@ -291,6 +298,8 @@ class Trainer:
             "best_eval_success": p.best_eval_success,
             "checkpoint": ckpt,
             "worker_restarts": p.worker_restarts,
+            "members": self.member_stats(),
+            "placement": self._where(),
             "interventions": p.interventions,
             "teleop_device_lost": p.supervisor_lost,
             "replay": ray.get(self.learner.replay_stats.remote()),
@@ -299,6 +308,72 @@ class Trainer:
         self.on_progress(p)
         self.summary = summary
         return p
+
+    def _book_rollout(self, r: dict[str, Any], recent: deque, supervised: deque, is_supervised: bool) -> None:
+        p = self.progress
+        p.env_steps += r["steps"]
+        member = p.members.setdefault(r.get("member", "env"), {"env_steps": 0, "episodes": 0, "recent": deque(maxlen=20)})
+        member["env_steps"] += r["steps"]
+        for ep in r["episodes"]:
+            p.episodes += 1
+            member["episodes"] += 1
+            member["recent"].append(ep)
+            recent.append(ep)
+            scalars = {"return": ep["return"], "success": float(ep["success"])}
+            if is_supervised:
+                supervised.append(ep)
+                p.interventions += ep["intervention_steps"]
+                scalars["intervention_rate"] = ep["intervention_steps"] / max(1, ep["length"])
+            self._scalars(scalars, "episode")
+            if len(self.members) > 1:
+                self._scalars({"return": ep["return"], "success": float(ep["success"])}, f"member/{ep['member']}")
+        if supervised:
+            p.intervention_rate = sum(e["intervention_steps"] for e in supervised) / max(
+                1, sum(e["length"] for e in supervised)
+            )
+        if r.get("supervisor_lost") and not p.supervisor_lost:
+            p.supervisor_lost = r["supervisor_lost"]
+            log.error("teleop device lost (%s): training goes on without interventions", p.supervisor_lost)
+        if recent:
+            p.recent_success = float(np.mean([e["success"] for e in recent]))
+            p.recent_return = float(np.mean([e["return"] for e in recent]))
+
+    def member_stats(self) -> dict[str, dict[str, Any]]:
+        """Per fleet member: env steps, episodes, recent success, worker states, nodes."""
+        status = self.pool.status() if hasattr(self, "pool") else {}
+        out = {}
+        for m in getattr(self, "members", []):
+            got = self.progress.members.get(m.name, {"env_steps": 0, "episodes": 0, "recent": []})
+            recent = list(got["recent"])
+            out[m.name] = {
+                "env_steps": got["env_steps"],
+                "episodes": got["episodes"],
+                "recent_success": float(np.mean([e["success"] for e in recent])) if recent else None,
+                **status.get(m.name, {}),
+            }
+        return out
+
+    def _where(self) -> dict[str, Any]:
+        """The node each role ran on (members: every node their workers used)."""
+        import ray
+
+        out: dict[str, Any] = {"learner": ray.get(self.learner.where.remote())["node"]}
+        out["replay"] = ray.get(self.replay.where.remote())["node"] if self.replay is not None else out["learner"]
+        out["members"] = {name: st.get("nodes", []) for name, st in self.pool.status().items()}
+        return out
+
+    def _replace_eval_worker(self) -> None:
+        import ray
+
+        if self._own_eval_worker is None:
+            return  # a robot's eval runs on its training worker, replaced with it
+        try:
+            ray.kill(self._own_eval_worker, no_restart=True)
+        except Exception:  # noqa: BLE001 - gone with its node
+            pass
+        self._own_eval_worker = self.EnvWorkerActor.options(**self.plan.eval_worker.actor_options()).remote(
+            self.cfg, 999, self.weights, None, self.cfg.seed + 999_983, 1, self.members[0], self.spec
+        )
 
     def _rollout(self, worker):
         random = self.progress.env_steps < self.cfg.algo.learning_starts and not self.cfg.resume
@@ -331,7 +406,15 @@ class Trainer:
     def _final_eval(self, wall: float) -> dict[str, Any]:
         import ray
 
-        result = ray.get(self.eval_worker.evaluate.remote(self.cfg.eval_episodes))
+        worker = self.eval_worker
+        if worker is None:
+            log.warning("no final evaluation: member %s has no running worker", self.members[0].name)
+            return {"success_rate": None}
+        try:
+            result = ray.get(worker.evaluate.remote(self.cfg.eval_episodes))
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+            log.error("the final evaluation failed: %s", _root_cause(err))
+            return {"success_rate": None}
         self._record_eval(result, wall)
         return result
 
@@ -354,22 +437,18 @@ class Trainer:
 
         if self._tb is not None:
             self._tb.close()
-        for actor in [*getattr(self, "workers", []), getattr(self, "eval_worker", None)]:
+        if hasattr(self, "pool"):
+            self.pool.close()
+        eval_worker = getattr(self, "_own_eval_worker", None)
+        for actor in (eval_worker, getattr(self, "learner", None)):
             if actor is not None:
                 try:
                     ray.get(actor.close.remote(), timeout=10)
                 except Exception:  # noqa: BLE001 - best effort on shutdown
                     pass
-        if hasattr(self, "learner"):
-            try:
-                ray.get(self.learner.close.remote(), timeout=10)
-            except Exception:  # noqa: BLE001
-                pass
         # Free the run's resources now rather than when the handles are garbage collected,
         # so a following run in the same Ray session can be scheduled.
-        actors = [*getattr(self, "workers", []), getattr(self, "eval_worker", None)]
-        actors += [getattr(self, name, None) for name in ("learner", "replay", "weights")]
-        for actor in actors:
+        for actor in [eval_worker, *(getattr(self, name, None) for name in ("learner", "replay", "weights"))]:
             if actor is not None:
                 try:
                     ray.kill(actor, no_restart=True)

@@ -117,7 +117,7 @@ def test_killed_env_worker_is_restarted(tmp_path, ray_runtime):
 
     def kill_once(p):
         if not killed and p.env_steps >= 400:
-            ray.kill(trainer.workers[0], no_restart=True)
+            ray.kill(trainer.pool.slots[0].actor, no_restart=True)
             killed.append(p.env_steps)
 
     trainer.on_progress = kill_once
@@ -126,6 +126,7 @@ def test_killed_env_worker_is_restarted(tmp_path, ray_runtime):
     finally:
         trainer.close()
     assert killed and progress.worker_restarts == 1
+    assert trainer.pool.slots[0].restarts == 1 and trainer.pool.slots[0].status == "running"
     assert progress.env_steps >= 1500
     t = _transitions(run_dir)
     assert np.isfinite(t["obs/state"]).all()

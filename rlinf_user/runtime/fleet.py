@@ -1,0 +1,170 @@
+"""Several robots and simulators feeding one learner.
+
+A *member* is one robot (behind its edge daemon) or simulator setup: its own ``env``
+overrides, its worker count, and the Ray resources that pin its workers to the node that
+reaches it (``{"franka_left": 1}``, offered by that robot PC with ``ray start
+--resources``). Without a ``fleet`` the run's ``env`` is the one member.
+
+Members may differ (state size, cameras, active action dims). The learner trains one
+policy on their *union*: the state is zero-padded to the largest member's and, when the
+members differ, followed by a one-hot member id; cameras a member lacks are black; the
+action covers every dim any member uses, and each member executes only its own. The
+:class:`Adapter` does this on the worker, so every transition in the buffer has the same
+schema.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Member:
+    name: str
+    index: int
+    env: Any  # the member's resolved EnvConfig
+    resources: dict[str, float]
+    workers: int
+    envs_per_worker: int
+    num_cpus: float
+
+
+def members(cfg) -> list[Member]:
+    """The fleet's members; without ``fleet``, the run's env on ``placement.num_env_workers``."""
+    if not cfg.fleet:
+        res = dict(cfg.placement.env_worker.resources or {})
+        return [
+            Member(
+                "env", 0, cfg.env, {k: float(v) for k, v in res.items()}, int(cfg.placement.num_env_workers),
+                int(cfg.placement.envs_per_worker), float(cfg.placement.env_worker.num_cpus),
+            )  # fmt: skip
+        ]
+    out, seen = [], set()
+    for i, m in enumerate(cfg.fleet):
+        if m.name in seen:
+            raise ValueError(f"fleet: two members are named {m.name!r}")
+        seen.add(m.name)
+        try:
+            env = OmegaConf.merge(cfg.env, m.env or {})
+        except Exception as err:  # noqa: BLE001 - omegaconf raises several kinds
+            raise ValueError(f"fleet member {m.name!r}: bad env override: {err}") from err
+        if int(m.workers) < 1 or int(m.envs_per_worker) < 1:
+            raise ValueError(f"fleet member {m.name!r}: workers and envs_per_worker must be >= 1")
+        out.append(
+            Member(
+                str(m.name), i, env, {k: float(v) for k, v in dict(m.resources or {}).items()}, int(m.workers),
+                int(m.envs_per_worker), float(m.num_cpus),
+            )  # fmt: skip
+        )
+    return out
+
+
+def wants_member_id(cfg, ms: list[Member]) -> bool:
+    if cfg.get("fleet_member_id") is not None:
+        return bool(cfg.fleet_member_id)
+    if len(ms) < 2:
+        return False
+
+    def key(env) -> dict:
+        d = OmegaConf.to_container(env, resolve=True)
+        d.pop("edge", None)  # another robot of the same kind is the same embodiment
+        return d
+
+    first = key(ms[0].env)
+    return any(key(m.env) != first for m in ms[1:])
+
+
+def union_spec(specs: dict[int, dict[str, Any]], num_members: int, member_id: bool) -> dict[str, Any]:
+    """One learner-side spec covering every member's (``specs``: member index -> spec)."""
+    if not specs:
+        raise ValueError("no fleet member is available to describe the env")
+    cameras: dict[str, tuple] = {}
+    for i, s in specs.items():
+        for cam, hw in s["cameras"].items():
+            if cam in cameras and tuple(cameras[cam]) != tuple(hw):
+                raise ValueError(f"camera {cam!r} is {tuple(hw)} on member {i} but {tuple(cameras[cam])} elsewhere")
+            cameras[cam] = tuple(hw)
+    contract = {int(s["contract_action_dim"]) for s in specs.values()}
+    if len(contract) != 1:
+        raise ValueError(f"members disagree on the contract action size: {sorted(contract)}")
+    env_state = max(int(s["state_dim"]) for s in specs.values())
+    active = sorted({d for s in specs.values() for d in s["active_dims"]})
+    extra = num_members if member_id else 0
+    return {
+        "state_dim": env_state + extra,
+        "env_state_dim": env_state,
+        "member_id_dims": extra,
+        "cameras": dict(sorted(cameras.items())),
+        "action_dim": len(active),
+        "active_dims": active,
+        "contract_action_dim": contract.pop(),
+    }
+
+
+def misfit(own: dict[str, Any], fleet: dict[str, Any]) -> list[str]:
+    """Why a member's env cannot join a run whose learner was built for ``fleet``."""
+    problems = []
+    if own["state_dim"] > fleet.get("env_state_dim", fleet["state_dim"]):
+        problems.append(f"state has {own['state_dim']} values, the learner takes {fleet.get('env_state_dim')}")
+    for cam, hw in own["cameras"].items():
+        if tuple(fleet["cameras"].get(cam, ())) != tuple(hw):
+            problems.append(f"camera {cam!r} {tuple(hw)} is not among the learner's {fleet['cameras']}")
+    extra = sorted(set(own["active_dims"]) - set(fleet["active_dims"]))
+    if extra:
+        problems.append(f"action dims {extra} are not among the learner's {fleet['active_dims']}")
+    return problems
+
+
+@dataclass
+class Adapter:
+    """A member's observations into the fleet's form, the fleet's actions into its own."""
+
+    own: dict[str, Any]
+    fleet: dict[str, Any]
+    index: int
+    _mask: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        problems = misfit(self.own, self.fleet)
+        if problems:
+            raise ValueError("this env does not fit this run's learner: " + "; ".join(problems))
+        self._mask = np.zeros(self.fleet["contract_action_dim"], np.float32)
+        self._mask[self.own["active_dims"]] = 1.0
+
+    @property
+    def identity(self) -> bool:
+        return (
+            self.fleet["member_id_dims"] == 0
+            and self.own["state_dim"] == self.fleet["state_dim"]
+            and set(self.own["cameras"]) == set(self.fleet["cameras"])
+        )
+
+    def obs(self, obs: dict[str, Any]) -> dict[str, Any]:
+        """A batched observation (leading batch axis) in the fleet's form."""
+        if self.identity:
+            return obs
+        state = np.asarray(obs["state"], np.float32)
+        b = state.shape[0]
+        out = np.zeros((b, self.fleet["state_dim"]), np.float32)
+        out[:, : state.shape[1]] = state
+        if self.fleet["member_id_dims"]:
+            out[:, self.fleet["env_state_dim"] + self.index] = 1.0
+        images = {}
+        for cam, (h, w) in self.fleet["cameras"].items():
+            images[cam] = obs["images"][cam] if cam in obs["images"] else np.zeros((b, h, w, 3), np.uint8)
+        adapted = {"state": out, "images": images}
+        if "timestamps" in obs:
+            stamps = obs["timestamps"]
+            adapted["timestamps"] = {k: stamps[k] if k in stamps else np.zeros(b) for k in (*stamps, *images)}
+        return adapted
+
+    def env_action(self, contract_action: np.ndarray) -> np.ndarray:
+        """The fleet-space contract action with the dims this member does not use zeroed."""
+        return (contract_action * self._mask).astype(np.float32)

@@ -1,0 +1,218 @@
+"""The env workers of a run: one slot per worker of each fleet member.
+
+A slot is *running* (an actor exists), *waiting* (the node offering the member's
+resources is not in the cluster: a robot PC that is down, or not started yet) or
+*retired* (its worker kept failing while its node was up). A slot whose node leaves
+waits without counting as a failure and is started again as soon as a node offering
+those resources joins; training goes on with the others meanwhile. Only when a worker
+keeps failing on a node that is up is it given up on, and the run stops only if no slot
+is left that could run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlinf_user.runtime.fleet import Member, union_spec, wants_member_id
+
+log = logging.getLogger(__name__)
+
+MAX_RESTARTS = 5  # per slot, while its node is up
+CHECK_EVERY_S = 2.0
+
+
+class PoolError(RuntimeError):
+    pass
+
+
+def _last_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else repr(err)
+
+
+@dataclass
+class Slot:
+    index: int  # the worker id: unique in the run
+    member: Member
+    actor: Any = None
+    generation: int = 0
+    status: str = "waiting"  # running | waiting | retired
+    restarts: int = 0
+    nodes: list[str] = field(default_factory=list)
+
+
+def cluster_has(resources: dict[str, float]) -> bool:
+    """Whether some node of the cluster offers every custom resource (total, not free)."""
+    import ray
+
+    custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory")}
+    if not custom:
+        return True
+    for node in ray.nodes():
+        if node.get("Alive") and all(node.get("Resources", {}).get(k, 0) >= v for k, v in custom.items()):
+            return True
+    return False
+
+
+class WorkerPool:
+    def __init__(self, cfg, plan, weight_store, members: list[Member], actor_cls):
+        self.cfg = cfg
+        self.plan = plan
+        self.weight_store = weight_store
+        self.members = members
+        self.actor_cls = actor_cls
+        self.slots: list[Slot] = []
+        for m in members:
+            for _ in range(m.workers):
+                self.slots.append(Slot(len(self.slots), m))
+        self.spec: dict[str, Any] | None = None
+        self.sink = None
+        self._last_check = 0.0
+
+    # -- spawning ---------------------------------------------------------------------------
+    def _options(self, m: Member) -> dict[str, Any]:
+        opts = self.plan.env_worker.actor_options()
+        opts["num_cpus"] = m.num_cpus
+        res = {**opts.get("resources", {}), **m.resources}
+        if res:
+            opts["resources"] = res
+        else:
+            opts.pop("resources", None)
+        return opts
+
+    def _spawn(self, slot: Slot) -> None:
+        seed = self.cfg.seed + 7919 * (slot.index + 1) + 104_729 * slot.generation
+        slot.actor = self.actor_cls.options(**self._options(slot.member)).remote(
+            self.cfg, slot.index, self.weight_store, self.sink, seed, None, slot.member, self.spec
+        )
+        slot.status = "running"
+
+    def available(self, slot: Slot) -> bool:
+        return cluster_has(self._options(slot.member).get("resources", {}))
+
+    def start(self, wait_s: float = 120.0) -> dict[str, Any]:
+        """Start every slot whose node is up, build the learner's spec from their envs and
+        attach them to it. Waits up to ``wait_s`` for at least one node."""
+        import ray
+
+        deadline = time.monotonic() + wait_s
+        while not any(self.available(s) for s in self.slots):
+            if time.monotonic() > deadline:
+                wanted = sorted({k for s in self.slots for k in self._options(s.member).get("resources", {})})
+                raise PoolError(
+                    f"no node offers the resources of any fleet member ({', '.join(wanted)}); start them with "
+                    "`ray start --address=<head> --resources='{\"<name>\": 1}'` on the nodes that reach the robots"
+                )
+            time.sleep(1.0)
+        for s in self.slots:
+            if self.available(s):
+                self._spawn(s)
+            else:
+                log.warning("fleet member %s: no node offers %s yet; it joins when one does", s.member.name, s.member.resources)
+        running = [s for s in self.slots if s.status == "running"]
+        specs: dict[int, dict] = {}
+        for s in running:
+            if s.member.index not in specs:
+                try:
+                    specs[s.member.index] = ray.get(s.actor.get_spec.remote())
+                except ray.exceptions.RayError as err:
+                    env = s.member.env
+                    raise PoolError(
+                        f"fleet member {s.member.name}: the environment {env.backend}:{env.task} could not start: "
+                        f"{_last_line(err)} (`rlinf-user doctor` lists what is missing)"
+                    ) from err
+        self.spec = union_spec(specs, len(self.members), wants_member_id(self.cfg, self.members))
+        for s in running:
+            ident = ray.get(s.actor.attach.remote(self.spec))
+            s.nodes.append(ident["node"])
+        return self.spec
+
+    def set_sink(self, sink) -> None:
+        import ray
+
+        self.sink = sink
+        ray.get([s.actor.set_sink.remote(sink) for s in self.slots if s.status == "running"])
+
+    # -- failures and arrivals -------------------------------------------------------------
+    def failed(self, slot: Slot, err: BaseException) -> bool:
+        """A slot's worker died. Returns True when a replacement was started now."""
+        import ray
+
+        try:
+            ray.kill(slot.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone with its node
+            pass
+        slot.actor = None
+        slot.generation += 1
+        text = str(err).lower()
+        node_died = "node" in text and ("died" in text or "dead" in text)
+        if node_died or not self.available(slot):
+            slot.status = "waiting"
+            log.warning("fleet member %s (worker %d): its node left; waiting for it to come back", slot.member.name, slot.index)
+            return False
+        slot.restarts += 1
+        if "does not fit this run's learner" in str(err):
+            slot.status = "retired"
+            log.error("fleet member %s cannot join: %s", slot.member.name, _last_line(err))
+        elif slot.restarts > MAX_RESTARTS:
+            slot.status = "retired"
+            log.error("fleet member %s (worker %d) failed %d times: retired (%s)", slot.member.name, slot.index,
+                      slot.restarts, _last_line(err))  # fmt: skip
+        if slot.status == "retired":
+            if not any(s.status in ("running", "waiting") for s in self.slots):
+                raise PoolError(f"every env worker failed or was retired (last: {_last_line(err)})")
+            return False
+        log.error("fleet member %s (worker %d) failed (%s); restarting it", slot.member.name, slot.index, _last_line(err))
+        self._spawn(slot)
+        return True
+
+    def arrivals(self) -> list[Slot]:
+        """Waiting slots whose node is now up, started (checked every few seconds). A
+        member whose env does not fit the learner fails in its constructor and is retired
+        by :meth:`failed` with the reason."""
+        now = time.monotonic()
+        if now - self._last_check < CHECK_EVERY_S:
+            return []
+        self._last_check = now
+        started = []
+        for slot in self.slots:
+            if slot.status == "waiting" and self.available(slot):
+                self._spawn(slot)
+                log.info("fleet member %s (worker %d): its node is up; starting", slot.member.name, slot.index)
+                started.append(slot)
+        return started
+
+    def note(self, slot: Slot, result: dict[str, Any]) -> None:
+        node = result.get("node")
+        if node and node not in slot.nodes:
+            slot.nodes.append(node)
+
+    # -- views ------------------------------------------------------------------------------
+    def running(self) -> list[Slot]:
+        return [s for s in self.slots if s.status == "running"]
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for s in self.slots:
+            d = out.setdefault(s.member.name, {"running": 0, "waiting": 0, "retired": 0, "restarts": 0, "nodes": []})
+            d[s.status] += 1
+            d["restarts"] += s.restarts
+            d["nodes"] = sorted(set(d["nodes"]) | {n for n in s.nodes if n})
+        return out
+
+    def close(self) -> None:
+        import ray
+
+        for s in self.slots:
+            if s.actor is not None:
+                try:
+                    ray.get(s.actor.close.remote(), timeout=10)
+                except Exception:  # noqa: BLE001 - best effort on shutdown
+                    pass
+                try:
+                    ray.kill(s.actor, no_restart=True)
+                except Exception:  # noqa: BLE001
+                    pass
