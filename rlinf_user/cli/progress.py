@@ -31,6 +31,8 @@ def progress_table(p: Progress, total_steps: int, title: str) -> Table:
         t.add_row("human intervention (last 20 supervised episodes)", f"{p.intervention_rate:.0%}")
     if p.supervisor_lost:
         t.add_row("teleop device", f"[red]lost: {p.supervisor_lost}[/]")
+    if p.learner_restarts:
+        t.add_row("learner restarts", f"[yellow]{p.learner_restarts}[/]")
     if p.worker_restarts:
         t.add_row("env worker restarts", f"[yellow]{p.worker_restarts}[/]")
     return t

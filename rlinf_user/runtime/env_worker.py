@@ -21,6 +21,8 @@ from rlinf_user.env.vector import index_obs
 
 log = logging.getLogger(__name__)
 
+MAX_BACKLOG_CHUNKS = 500  # unsent chunks kept while no sink takes them (then the oldest go)
+
 
 def obs_to_torch(obs: dict[str, Any], device: torch.device | str = "cpu") -> dict[str, Any]:
     return {
@@ -96,7 +98,10 @@ class EnvWorker:
         self.rng = np.random.default_rng(seed)
         self.obs = self.envs.reset(seed=seed)
         self.pending: dict[str, list] = {}
-        self.inflight: deque = deque()
+        self.inflight: deque = deque()  # (ref, chunk) sent, not yet acknowledged
+        self.backlog: deque = deque()  # chunks waiting for a (live) sink
+        self.sink_alive = True
+        self.dropped_chunks = 0
         self.max_inflight = 4
         self.env_steps = 0
         self.episode_return = np.zeros(self.envs.num_envs)
@@ -145,6 +150,11 @@ class EnvWorker:
         if "timestamps" in obs:
             batched["timestamps"] = {k: np.asarray(v)[None] for k, v in obs["timestamps"].items()}
         return index_obs(self.adapter.obs(batched), 0)
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
 
     def get_spec(self) -> dict[str, Any]:
         """This worker's own env spec (the learner's is the fleet's union of these)."""
@@ -230,21 +240,54 @@ class EnvWorker:
         }
 
     def _flush(self) -> None:
-        if not self.pending or self.sink is None:
+        """Send the batched transitions. Chunks stay here until the sink has taken them:
+        one whose send failed (the learner died) is sent again to the next sink, so a
+        learner crash loses nothing a worker produced (at-least-once: a chunk the dead
+        learner had already logged may arrive twice)."""
+        if self.pending:
+            self.backlog.append({k: np.stack(v) for k, v in self.pending.items()})
             self.pending = {}
-            return
+        self._send()
+
+    def _send(self) -> None:
         import ray
 
-        chunk = {k: np.stack(v) for k, v in self.pending.items()}
-        self.pending = {}
-        while len(self.inflight) >= self.max_inflight:
-            ray.get(self.inflight.popleft())  # back-pressure only if the sink is far behind
-        self.inflight.append(self.sink.add.remote(chunk))
+        while self.inflight:  # reap finished sends in order
+            ref, chunk = self.inflight[0]
+            ready, _ = ray.wait([ref], timeout=0)
+            if not ready:
+                break
+            self.inflight.popleft()
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                self.backlog.appendleft(chunk)
+                self.sink_alive = False
+        if not self.sink_alive or self.sink is None:
+            while len(self.backlog) > MAX_BACKLOG_CHUNKS:  # bounded memory while nobody takes data
+                self.backlog.popleft()
+                self.dropped_chunks += 1
+                log.error("no sink for %d chunks: dropped the oldest (%d so far)", MAX_BACKLOG_CHUNKS, self.dropped_chunks)
+            return
+        while self.backlog:
+            if len(self.inflight) >= self.max_inflight:  # back-pressure only if the sink is far behind
+                ref, chunk = self.inflight.popleft()
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    self.backlog.appendleft(chunk)
+                    self.sink_alive = False
+                    return
+                continue
+            chunk = self.backlog.popleft()
+            self.inflight.append((self.sink.add.remote(chunk), chunk))
 
     def set_sink(self, sink) -> None:
-        """Where transition chunks go (set after construction when the worker was needed
-        before the learner existed: a robot's single worker reports the env spec)."""
+        """Where transition chunks go: set after construction for workers that exist before
+        the learner, and again when a learner was restarted (unsent chunks follow)."""
         self.sink = sink
+        self.sink_alive = True
+        self._send()
 
     def evaluate(self, num_episodes: int, record_video: bool = False) -> dict[str, Any]:
         """Deterministic-policy episodes (on this worker's own envs) with the latest weights."""
@@ -281,6 +324,10 @@ class EnvWorker:
         }
 
     def close(self) -> None:
+        import ray
+
+        if self.inflight:  # let the last sends land before the process goes
+            ray.wait([ref for ref, _ in self.inflight], num_returns=len(self.inflight), timeout=10)
         if self.supervisor is not None:
             self.supervisor.close()
         self.envs.close()

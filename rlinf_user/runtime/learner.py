@@ -44,7 +44,9 @@ def unflatten_batch(flat: dict[str, np.ndarray], device, active_dims=None) -> di
 
 
 class Learner:
-    def __init__(self, cfg, spec: dict[str, Any], run_dir: str, weight_store=None, replay=None):
+    def __init__(
+        self, cfg, spec: dict[str, Any], run_dir: str, weight_store=None, replay=None, recovering: bool = False
+    ):
         torch.manual_seed(cfg.seed)
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
         self.cfg = cfg
@@ -76,7 +78,8 @@ class Learner:
         self._prefetch = None
         self.update_time = 0.0
         self.bc_warmup_loss: float | None = None
-        if cfg.demos and int(getattr(cfg.algo, "bc_warmup_updates", 0) or 0) > 0 and not cfg.resume:
+        warm = int(getattr(cfg.algo, "bc_warmup_updates", 0) or 0) > 0
+        if cfg.demos and warm and not cfg.resume and not recovering:
             self.bc_warmup(int(cfg.algo.bc_warmup_updates))
 
     def bc_warmup(self, updates: int) -> float:
@@ -101,6 +104,16 @@ class Learner:
         log.info("BC warm start: %d updates on the demonstrations, final loss %.4f", updates, loss)
         self.bc_warmup_loss = loss
         return loss
+
+    def recover(self, checkpoint: str | None, version_floor: int) -> dict[str, Any]:
+        """After a crash: the latest checkpoint (if any), and versions continuing above
+        ``version_floor`` (the newest one already published)."""
+        state = self.load_checkpoint(checkpoint) if checkpoint else {"env_steps": 0, "num_updates": 0}
+        self.version = max(self.version, int(version_floor))
+        return {**state, "version": self.version, "replay": self.replay_stats()}
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def where(self) -> dict[str, Any]:
         """The node (and devices) this learner runs on, for the run summary."""

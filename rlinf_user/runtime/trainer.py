@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 ROLLOUT_STEPS = 100
 ROLLOUTS_IN_FLIGHT = 2
 TRAIN_CALL_UPDATES = 50
+MAX_LEARNER_RESTARTS = 3
 
 
 class RunError(RuntimeError):
@@ -54,6 +55,7 @@ class Progress:
     env_steps_per_s: float = 0.0
     updates_per_s: float = 0.0
     worker_restarts: int = 0
+    learner_restarts: int = 0
     intervention_rate: float | None = None  # human-controlled share of supervised steps
     interventions: int = 0  # human-controlled steps so far
     supervisor_lost: str | None = None
@@ -134,10 +136,9 @@ class Trainer:
                     interventions_as_demos(cfg),
                 )
             )
-        self.learner = (
-            ray.remote(Learner)
-            .options(**plan.learner.actor_options())
-            .remote(cfg, self.spec, str(self.run_dir), self.weights, self.replay)
+        self._learner_cls = ray.remote(Learner)
+        self.learner = self._learner_cls.options(**plan.learner.actor_options()).remote(
+            cfg, self.spec, str(self.run_dir), self.weights, self.replay
         )
         if cfg.resume:
             ckpt = latest_checkpoint(self.run_dir)
@@ -207,10 +208,9 @@ class Trainer:
                     try:
                         m = ray.get(ref)
                     except ray.exceptions.RayActorError as err:
-                        raise RunError(
-                            f"the learner died ({_root_cause(err)}); continue the run with "
-                            f"`rlinf-user train resume={self.run_dir}`"
-                        ) from err
+                        self._restart_learner(err)
+                        train_call = self.learner.train.remote(TRAIN_CALL_UPDATES, p.env_steps)
+                        continue
                     p.updates, p.version = m["num_updates"], m["version"]
                     if m["updates"]:
                         self._scalars({k: v for k, v in m.items() if isinstance(v, float)}, "learner")
@@ -279,7 +279,10 @@ class Trainer:
             if not rollout_calls and p.env_steps >= cfg.total_env_steps:
                 break
         log.info("stopping: %s", stop_reason)
-        ray.get(train_call)
+        try:
+            ray.get(train_call)
+        except ray.exceptions.RayActorError as err:
+            self._restart_learner(err)
         if eval_call is not None:
             try:
                 self._record_eval(ray.get(eval_call), time.monotonic() - t_start)
@@ -298,6 +301,7 @@ class Trainer:
             "best_eval_success": p.best_eval_success,
             "checkpoint": ckpt,
             "worker_restarts": p.worker_restarts,
+            "learner_restarts": p.learner_restarts,
             "members": self.member_stats(),
             "placement": self._where(),
             "interventions": p.interventions,
@@ -352,6 +356,39 @@ class Trainer:
                 **status.get(m.name, {}),
             }
         return out
+
+    def _restart_learner(self, err: BaseException) -> None:
+        """A dead learner comes back from its latest checkpoint, with the buffer restored
+        from its log (collocated) or still held by the replay actor (disaggregated). Its
+        first version is above every version already published, so the sequence the env
+        workers see never goes back."""
+        import ray
+
+        from rlinf_user.runtime.learner import latest_checkpoint
+
+        p = self.progress
+        p.learner_restarts += 1
+        if p.learner_restarts > MAX_LEARNER_RESTARTS:
+            raise RunError(
+                f"the learner died {p.learner_restarts} times (last: {_root_cause(err)}); continue the run "
+                f"with `rlinf-user train resume={self.run_dir}`"
+            ) from err
+        log.error("the learner died (%s); restarting it from its latest checkpoint", _root_cause(err))
+        try:
+            ray.kill(self.learner, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        self.learner = self._learner_cls.options(**self.plan.learner.actor_options()).remote(
+            self.cfg, self.spec, str(self.run_dir), self.weights, self.replay, recovering=True
+        )
+        ckpt = latest_checkpoint(self.run_dir)
+        floor = ray.get(self.weights.current_version.remote())
+        state = ray.get(self.learner.recover.remote(str(ckpt) if ckpt else None, floor))
+        p.updates, p.version = state["num_updates"], state["version"]
+        log.info("learner restarted from %s: %s", ckpt or "scratch", state)
+        if self.replay is None:  # collocated: the new learner holds the buffer; point workers at it
+            self.sink = self.learner
+            self.pool.set_sink(self.sink, wait=False)
 
     def _where(self) -> dict[str, Any]:
         """The node each role ran on (members: every node their workers used)."""

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 5  # per slot, while its node is up
 CHECK_EVERY_S = 2.0
+NODE_GRACE_S = 3.0  # how long a failed worker's node gets to be declared dead
 
 
 class PoolError(RuntimeError):
@@ -76,7 +77,7 @@ class WorkerPool:
     def _options(self, m: Member) -> dict[str, Any]:
         opts = self.plan.env_worker.actor_options()
         opts["num_cpus"] = m.num_cpus
-        res = {**opts.get("resources", {}), **m.resources}
+        res = dict(m.resources)  # a member's own robot (the default member: env_worker's)
         if res:
             opts["resources"] = res
         else:
@@ -130,11 +131,15 @@ class WorkerPool:
             s.nodes.append(ident["node"])
         return self.spec
 
-    def set_sink(self, sink) -> None:
+    def set_sink(self, sink, wait: bool = True) -> None:
+        """Where transitions go; workers started later get it at construction. Without
+        ``wait`` the call queues behind each worker's rollouts (they keep unsent chunks)."""
         import ray
 
         self.sink = sink
-        ray.get([s.actor.set_sink.remote(sink) for s in self.slots if s.status == "running"])
+        refs = [s.actor.set_sink.remote(sink) for s in self.slots if s.status == "running"]
+        if wait:
+            ray.get(refs)
 
     # -- failures and arrivals -------------------------------------------------------------
     def failed(self, slot: Slot, err: BaseException) -> bool:
@@ -147,9 +152,7 @@ class WorkerPool:
             pass
         slot.actor = None
         slot.generation += 1
-        text = str(err).lower()
-        node_died = "node" in text and ("died" in text or "dead" in text)
-        if node_died or not self.available(slot):
+        if self._node_gone(slot, err) or not self.available(slot):
             slot.status = "waiting"
             log.warning("fleet member %s (worker %d): its node left; waiting for it to come back", slot.member.name, slot.index)
             return False
@@ -168,6 +171,25 @@ class WorkerPool:
         log.error("fleet member %s (worker %d) failed (%s); restarting it", slot.member.name, slot.index, _last_line(err))
         self._spawn(slot)
         return True
+
+    @staticmethod
+    def _node_gone(slot: Slot, err: BaseException, grace_s: float = NODE_GRACE_S) -> bool:
+        """Whether the worker died with its node (which is not the worker's fault). The
+        cluster may take a moment to declare a vanished node dead: ask for a few seconds."""
+        import ray
+
+        if "because its node has died" in str(err):
+            return True
+        if not slot.nodes:
+            return False
+        deadline = time.monotonic() + grace_s
+        while True:
+            alive = next((n.get("Alive") for n in ray.nodes() if n.get("NodeID") == slot.nodes[-1]), None)
+            if alive is not True:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.25)
 
     def arrivals(self) -> list[Slot]:
         """Waiting slots whose node is now up, started (checked every few seconds). A

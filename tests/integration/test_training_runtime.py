@@ -108,6 +108,9 @@ def test_resume_continues_learner_and_buffer(tmp_path, ray_runtime):
 
 
 def test_killed_env_worker_is_restarted(tmp_path, ray_runtime):
+    import os
+    import signal
+
     import ray
 
     cfg = short_cfg(tmp_path, "total_env_steps=1500")
@@ -117,7 +120,7 @@ def test_killed_env_worker_is_restarted(tmp_path, ray_runtime):
 
     def kill_once(p):
         if not killed and p.env_steps >= 400:
-            ray.kill(trainer.pool.slots[0].actor, no_restart=True)
+            os.kill(ray.get(trainer.pool.slots[0].actor.pid.remote()), signal.SIGKILL)  # kill -9
             killed.append(p.env_steps)
 
     trainer.on_progress = kill_once
@@ -130,3 +133,37 @@ def test_killed_env_worker_is_restarted(tmp_path, ray_runtime):
     assert progress.env_steps >= 1500
     t = _transitions(run_dir)
     assert np.isfinite(t["obs/state"]).all()
+
+
+@pytest.mark.parametrize("placement", ["collocated", "disaggregated"])
+def test_learner_killed_with_sigkill_comes_back_and_loses_no_data(tmp_path, ray_runtime, placement):
+    """kill -9 of the learner process mid-run: it restarts from its latest checkpoint (the
+    buffer restored from its log when it lived in the learner), versions continue above
+    the last published one, and every chunk the workers produced reaches the buffer."""
+    import os
+    import signal
+
+    import ray
+
+    cfg = short_cfg(tmp_path, f"placement={placement}", "total_env_steps=1800", "checkpoint_every_steps=300")
+    run_dir = create_run_dir(cfg)
+    trainer = Trainer(cfg, run_dir)
+    killed: dict = {}
+
+    def kill_once(p):
+        if not killed and p.env_steps >= 700 and p.version > 0:
+            killed["version"] = p.version
+            os.kill(ray.get(trainer.learner.pid.remote()), signal.SIGKILL)
+
+    trainer.on_progress = kill_once
+    try:
+        progress = trainer.run()
+    finally:
+        trainer.close()
+    summary = json.loads((run_dir / "eval" / "summary.json").read_text())
+    assert killed and summary["learner_restarts"] == 1, summary
+    assert summary["policy_version"] > killed["version"]  # the sequence went on, never back
+    assert progress.env_steps >= 1800 and summary["updates"] > 0
+    t = _transitions(run_dir)
+    assert len(t["reward"]) >= progress.env_steps  # nothing lost (a resent chunk may appear twice)
+    assert t["policy_version"].max() > killed["version"]  # workers got the restarted learner's weights
