@@ -12,7 +12,7 @@ Both stop at ``target_success`` or ``--minutes``. Reported: evaluation success o
 steps and wall-clock, the first point reaching the target, and the supervisor's share of
 the steps per window of env steps (from the run's replay log).
 
-    python benchmarks/bench_hil_serl.py --seeds 0 --minutes 10
+    python benchmarks/bench_hil_serl.py --seeds 0 --minutes 10 [--block fixed] [--variants sac+supervisor]
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ def intervention_windows(run: Path, window: int = 2000) -> list[dict]:
     ]
 
 
-def run_variant(name: str, seed: int, minutes: float, target: float, work: Path) -> dict:
+def run_variant(name: str, seed: int, minutes: float, target: float, work: Path, block: str = "random") -> dict:
     from rlinf_user.cli.main import main
 
-    run_name = f"{name.replace('+', '_')}_s{seed}"
+    run_name = f"{block}_{name.replace('+', '_')}_s{seed}"
     argv = [
-        "train", "--sim", "gym_hil", "env.kwargs.random_block_position=true", f"seed={seed}",
+        "train", "--sim", "gym_hil", f"env.kwargs.random_block_position={str(block == 'random').lower()}", f"seed={seed}",
         f"target_success={target}", f"max_wall_minutes={minutes}", "total_env_steps=1000000",
         "eval_every_steps=3000", "eval_episodes=10", f"run_root={work}", f"run_name={run_name}", "progress=false",
         *VARIANTS[name],
@@ -68,6 +68,7 @@ def run_variant(name: str, seed: int, minutes: float, target: float, work: Path)
     shutil.copy(run / "eval" / "history.csv", RESULTS / f"hil_serl_{run_name}_history.csv")
     return {
         "variant": name,
+        "block": block,
         "seed": seed,
         "reached_target": reached is not None,
         "env_steps_to_target": int(reached["env_steps"]) if reached else None,
@@ -101,7 +102,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("SAC on gym_hil pick-cube (random block): alone vs with a supervisor (HIL-SERL style)")
+    fig.suptitle(f"SAC on gym_hil pick-cube ({rows[0]['block']} block): alone vs with a supervisor (HIL-SERL style)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -112,20 +113,21 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--block", choices=["random", "fixed"], default="random", help="gym_hil block start")
     args = ap.parse_args()
     RESULTS.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-hil-serl-"))
-    rows = [run_variant(v, s, args.minutes, args.target, work) for s in args.seeds for v in args.variants]
+    rows = [run_variant(v, s, args.minutes, args.target, work, args.block) for s in args.seeds for v in args.variants]
     out = {
-        "task": "gym_hil PandaPickCube, random block position, state, SAC; supervisor = scripted, stall-triggered",
+        "task": f"gym_hil PandaPickCube, {args.block} block position, state, SAC; supervisor = scripted, stall-triggered",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "target_success": args.target,
         "max_minutes": args.minutes,
         "runs": rows,
         "date": time.strftime("%Y-%m-%d"),
     }
-    (RESULTS / "hil_serl.json").write_text(json.dumps(out, indent=2))
-    plot(rows, RESULTS / "hil_serl_curve.png")
+    (RESULTS / f"hil_serl_{args.block}.json").write_text(json.dumps(out, indent=2))
+    plot(rows, RESULTS / f"hil_serl_{args.block}_curve.png")
     for r in rows:
         print(f"{r['variant']:<16} seed {r['seed']}: best {r['best_eval_success']:.0%}, to {args.target:.0%}: "
               f"{r['env_steps_to_target']} steps / {r['minutes_to_target']} min; interventions {r['interventions']}")  # fmt: skip

@@ -110,6 +110,10 @@ class PlacementConfig:
     buffer: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.5))
     eval_worker: RoleResources = field(default_factory=RoleResources)  # simulators: where evaluation runs
     learner_device: str = "auto"  # auto | cpu | cuda
+    # Weight sync: a worker more than this many versions behind waits for the newest
+    # (None: never waits); publish only the tensors that changed (a frozen backbone once).
+    max_policy_lag: int | None = None
+    publish_changed_only: bool = True
     rollout_device: str = "cpu"
     torch_threads: int = 1
 

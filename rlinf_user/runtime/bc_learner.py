@@ -14,7 +14,7 @@ import torch
 
 from rlinf_user.algorithms.bc import BC
 from rlinf_user.algorithms.sac import build_policy
-from rlinf_user.runtime.weights import to_numpy_state
+from rlinf_user.runtime.weights import WeightPublisher
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ class BCLearner:
         self.version = -1
         self.last_loss = float("nan")
         self._stop = threading.Event()
+        self._publisher: WeightPublisher | None = None
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------ data
@@ -98,11 +99,10 @@ class BCLearner:
         self.policy.encoder.norm.fit(torch.from_numpy(states))
 
     def publish(self) -> int:
-        import ray
-
         self.version += 1
-        ref = ray.put(to_numpy_state(self.policy.state_dict()))
-        ray.get(self.weight_store.publish.remote(self.version, [ref]))
+        if self._publisher is None:
+            self._publisher = WeightPublisher(self.weight_store)
+        self._publisher.publish(self.policy.state_dict(), self.version)
         return self.version
 
     def start(self, max_updates_per_s: float = 200.0) -> None:

@@ -130,7 +130,8 @@ class EnvWorker:
         )
         self.policy.eval()
         if self.weight_store is not None:
-            self.weights = WeightSubscriber(self.weight_store, self.policy)
+            lag = self.cfg.placement.get("max_policy_lag")
+            self.weights = WeightSubscriber(self.weight_store, self.policy, max_lag=None if lag is None else int(lag))
         if sink is not None:
             self.sink = sink
         return self.identity()

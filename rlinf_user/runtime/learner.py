@@ -76,6 +76,7 @@ class Learner:
         else:
             self.remote_replay = replay
         self._prefetch = None
+        self._publisher = None
         self.update_time = 0.0
         self.bc_warmup_loss: float | None = None
         warm = int(getattr(cfg.algo, "bc_warmup_updates", 0) or 0) > 0
@@ -152,13 +153,12 @@ class Learner:
 
     # -- weights ------------------------------------------------------------------------
     def publish(self) -> int:
-        import ray
+        from rlinf_user.runtime.weights import WeightPublisher
 
-        from rlinf_user.runtime.weights import to_numpy_state
-
+        if self._publisher is None:
+            self._publisher = WeightPublisher(self.weight_store, changed_only=bool(self.cfg.placement.publish_changed_only))
         self.version += 1
-        ref = ray.put(to_numpy_state(self.agent.policy_state()))
-        ray.get(self.weight_store.publish.remote(self.version, [ref]))
+        self._publisher.publish(self.agent.policy_state(), self.version)
         return self.version
 
     # -- training -------------------------------------------------------------------------

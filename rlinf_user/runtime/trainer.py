@@ -384,8 +384,9 @@ class Trainer:
         ckpt = latest_checkpoint(self.run_dir)
         floor = ray.get(self.weights.current_version.remote())
         state = ray.get(self.learner.recover.remote(str(ckpt) if ckpt else None, floor))
-        p.updates, p.version = state["num_updates"], state["version"]
-        log.info("learner restarted from %s: %s", ckpt or "scratch", state)
+        p.updates = state["num_updates"]
+        p.version = ray.get(self.learner.publish.remote())  # the next version, at once
+        log.info("learner restarted from %s: %s; publishing v%d", ckpt or "scratch", state, p.version)
         if self.replay is None:  # collocated: the new learner holds the buffer; point workers at it
             self.sink = self.learner
             self.pool.set_sink(self.sink, wait=False)

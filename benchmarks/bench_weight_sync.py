@@ -1,0 +1,205 @@
+"""Weight synchronisation: publish-to-applied time across two Ray nodes on loopback.
+
+A two-node Ray cluster on one machine (``ray.cluster_utils.Cluster``): the learner side on
+the head, a rollout worker on the second node, so the weights cross between the two
+nodes' object stores over TCP on 127.0.0.1. Measured, ``--repeats`` times per model:
+from the learner's ``publish`` call to the worker having the new tensors in its module
+(the worker polls between "steps" as env workers do). Models:
+
+* ``cnn5m``: the CNN policy (one 112x112 camera, ~5M parameters, fp32); target <= 50 ms;
+* ``llm1b``: 1B parameters in bf16 (2 GB; a stack of linear layers); target >= 80% of the
+  loopback bandwidth, measured here with a plain TCP socket pair;
+* ``frozen1b``: the same model with only its last layer trained (``changed_only``).
+
+    python benchmarks/bench_weight_sync.py --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def loopback_bandwidth(total: int = 2 * 2**30, block: int = 4 * 2**20) -> float:
+    """Bytes/s through one TCP connection on 127.0.0.1."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    got = [0]
+
+    def sink() -> None:
+        conn, _ = srv.accept()
+        buf = bytearray(block)
+        while got[0] < total:
+            n = conn.recv_into(buf)
+            if not n:
+                break
+            got[0] += n
+        conn.close()
+
+    t = threading.Thread(target=sink)
+    t.start()
+    cli = socket.create_connection(("127.0.0.1", port))
+    payload = b"\0" * block
+    t0 = time.perf_counter()
+    sent = 0
+    while sent < total:
+        cli.sendall(payload)
+        sent += block
+    t.join()
+    dt = time.perf_counter() - t0
+    cli.close()
+    srv.close()
+    return total / dt
+
+
+def build(kind: str):
+    import torch
+
+    if kind == "cnn5m":
+        from rlinf_user.algorithms.sac import build_policy
+        from rlinf_user.config.compose import compose_config
+
+        cfg = compose_config(["policy=cnn", "env.cameras=[c]"], sim="gym_hil")
+        return build_policy(cfg.policy, 21, {"c": (112, 112)}, 7)
+    layers = [torch.nn.Linear(8192, 8192, bias=False) for _ in range(15)]  # 15 x 67M = 1.007B
+    model = torch.nn.Sequential(*layers).to(torch.bfloat16)
+    if kind == "frozen1b":
+        for layer in layers[:-1]:
+            layer.requires_grad_(False)
+    return model
+
+
+class LearnerSide:
+    def __init__(self, kind: str, store, changed_only: bool):
+        import torch
+
+        from rlinf_user.runtime.weights import WeightPublisher
+
+        torch.manual_seed(0)
+        self.kind = kind
+        self.model = build(kind)
+        self.pub = WeightPublisher(store, changed_only=changed_only)
+
+    def params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def step_and_publish(self, version: int) -> tuple[float, dict]:
+        import torch
+
+        with torch.no_grad():  # a "training step": the trainable tensors change
+            for p in self.model.parameters():
+                if p.requires_grad:
+                    p.add_(1e-3)
+        t0 = time.time()
+        self.pub.publish(self.model.state_dict(), version)
+        return t0, self.pub.last_stats
+
+
+class WorkerSide:
+    def __init__(self, kind: str, store):
+        import ray
+
+        from rlinf_user.runtime.weights import WeightSubscriber
+
+        self.node = ray.get_runtime_context().get_node_id()
+        self.model = build(kind)
+        self.sub = WeightSubscriber(store, self.model, min_interval_s=0.0)
+
+    def wait_for(self, version: int, timeout: float = 300.0) -> float:
+        deadline = time.monotonic() + timeout
+        while self.sub.version < version:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"version {version} not applied")
+            self.sub.poll()  # what an env worker does between steps
+            time.sleep(0.001)
+        return time.time()
+
+
+def measure(kind: str, repeats: int, node_resources: dict) -> dict:
+    import ray
+
+    from rlinf_user.runtime.weights import WeightStore
+
+    changed_only = kind == "frozen1b"
+    store = ray.remote(WeightStore).options(resources={"learner_node": 0.01}).remote()
+    learner = ray.remote(LearnerSide).options(resources={"learner_node": 0.01}, num_cpus=1).remote(kind, store, changed_only)
+    worker = ray.remote(WorkerSide).options(resources=node_resources, num_cpus=1).remote(kind, store)
+    ray.get(learner.step_and_publish.remote(0))
+    ray.get(worker.wait_for.remote(0))  # the first, full copy (not timed)
+    lat, stats = [], []
+    for v in range(1, repeats + 1):
+        done = worker.wait_for.remote(v)
+        t0, st = ray.get(learner.step_and_publish.remote(v))
+        lat.append(ray.get(done) - t0)
+        stats.append(st)
+    params = ray.get(learner.params.remote())
+    for a in (learner, worker, store):
+        ray.kill(a)
+    lat_arr = np.array(lat)
+    nbytes = stats[-1]["bytes"]
+    return {
+        "model": kind, "parameters": params, "bytes_sent_per_version": nbytes,
+        "tensors_sent": stats[-1]["tensors"], "tensors_total": stats[-1]["of"], "chunks": stats[-1]["chunks"],
+        "publish_to_applied_ms": [round(x * 1e3, 1) for x in lat],
+        "median_ms": round(float(np.median(lat_arr)) * 1e3, 1), "p99_ms": round(float(np.percentile(lat_arr, 99)) * 1e3, 1),
+        "effective_bytes_per_s_median": nbytes / float(np.median(lat_arr)),
+    }  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--models", nargs="+", default=["cnn5m", "llm1b", "frozen1b"])
+    args = ap.parse_args()
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    bw = [loopback_bandwidth() for _ in range(3)]
+    store_mem = 3 * 2**30
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "resources": {"learner_node": 1}, "object_store_memory": store_mem},
+    )
+    cluster.add_node(num_cpus=2, resources={"worker_node": 1}, object_store_memory=store_mem)
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        rows = [measure(m, args.repeats, {"worker_node": 0.01}) for m in args.models]
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    loop = float(np.median(bw))
+    for r in rows:
+        r["fraction_of_loopback"] = round(r["effective_bytes_per_s_median"] / loop, 3)
+        r["effective_bytes_per_s_median"] = round(r["effective_bytes_per_s_median"])
+    out = {
+        "what": "publish-to-applied between two Ray nodes on one machine (object stores over loopback TCP)",
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "loopback_bytes_per_s": [round(b) for b in bw],
+        "loopback_bytes_per_s_median": round(loop),
+        "repeats": args.repeats,
+        "models": rows,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "weight_sync.json").write_text(json.dumps(out, indent=2))
+    print(f"loopback: {loop / 2**30:.2f} GiB/s")
+    for r in rows:
+        print(f"{r['model']:<9} {r['parameters'] / 1e6:8.1f}M params, {r['bytes_sent_per_version'] / 2**20:8.1f} MiB sent: "
+              f"median {r['median_ms']} ms, p99 {r['p99_ms']} ms, {r['fraction_of_loopback']:.0%} of loopback")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
