@@ -5,7 +5,8 @@ Each robot is ``rlinf-user edge --sim gym_hil`` in its own process (control loop
 env.task=edge``: reward and success from the served simulator). One learner (SAC, state,
 ``utd_ratio`` 1) takes every robot's transitions. Measured per run, over the window after
 ``learning_starts``: transitions ingested by the buffer per second and learner updates per
-second (1-second samples; median and p99 across samples of all repeats).
+second over the whole window and over 5-second windows (median and p99 across the
+windows of all repeats).
 
     python benchmarks/bench_fleet.py --robots 1 2 4 --hz 50 --seconds 60 --repeats 2
 """
@@ -92,16 +93,26 @@ def run(n: int, hz: float, seconds: float, work: Path, tag: str) -> dict:
         for e in edges:
             e.terminate()
             e.wait(20)
-    steady = [s for s in samples if s[1] >= 500]
-    steps_rate = np.diff([s[1] for s in steady]) / np.diff([s[0] for s in steady])
-    upd_rate = np.diff([s[2] for s in steady]) / np.diff([s[0] for s in steady])
+    steady = np.array([s for s in samples if s[1] >= 500], dtype=float)
+    # rates over 5-second windows (rollouts report in chunks of 100 steps, so 1-second
+    # samples are lumpy), and over the whole steady window
+    steps_rate, upd_rate = [], []
+    for i in range(len(steady)):
+        j = np.searchsorted(steady[:, 0], steady[i, 0] + 5.0)
+        if j < len(steady):
+            dt = steady[j, 0] - steady[i, 0]
+            steps_rate.append((steady[j, 1] - steady[i, 1]) / dt)
+            upd_rate.append((steady[j, 2] - steady[i, 2]) / dt)
+    span = steady[-1] - steady[0]
     return {
+        "steady_env_steps_per_s": round(float(span[1] / span[0]), 1),
+        "steady_updates_per_s": round(float(span[2] / span[0]), 1),
         "robots": n,
         "env_steps": summary["env_steps"],
         "updates": summary["updates"],
         "transitions_ingested": summary["replay"]["total_added"],
-        "steps_per_s_samples": [round(float(x), 1) for x in steps_rate],
-        "updates_per_s_samples": [round(float(x), 1) for x in upd_rate],
+        "steps_per_s_windows": [round(float(x), 1) for x in steps_rate],
+        "updates_per_s_windows": [round(float(x), 1) for x in upd_rate],
         "members": {k: v["env_steps"] for k, v in summary["members"].items()},
     }
 
@@ -118,10 +129,12 @@ def main() -> None:
     runs = [run(n, args.hz, args.seconds, work, f"n{n}-r{r}") for n in args.robots for r in range(args.repeats)]
     table = []
     for n in args.robots:
-        steps = np.concatenate([r["steps_per_s_samples"] for r in runs if r["robots"] == n])
-        upd = np.concatenate([r["updates_per_s_samples"] for r in runs if r["robots"] == n])
+        steps = np.concatenate([r["steps_per_s_windows"] for r in runs if r["robots"] == n])
+        upd = np.concatenate([r["updates_per_s_windows"] for r in runs if r["robots"] == n])
         table.append({
             "robots": n,
+            "steady_env_steps_per_s": [r["steady_env_steps_per_s"] for r in runs if r["robots"] == n],
+            "steady_updates_per_s": [r["steady_updates_per_s"] for r in runs if r["robots"] == n],
             "env_steps_per_s_median": round(float(np.median(steps)), 1),
             "env_steps_per_s_p99": round(float(np.percentile(steps, 99)), 1),
             "updates_per_s_median": round(float(np.median(upd)), 1),

@@ -73,8 +73,8 @@ def build(kind: str):
 
         cfg = compose_config(["policy=cnn", "env.cameras=[c]"], sim="gym_hil")
         return build_policy(cfg.policy, 21, {"c": (112, 112)}, 7)
-    layers = [torch.nn.Linear(8192, 8192, bias=False) for _ in range(15)]  # 15 x 67M = 1.007B
-    model = torch.nn.Sequential(*layers).to(torch.bfloat16)
+    layers = [torch.nn.Linear(8192, 8192, bias=False, dtype=torch.bfloat16) for _ in range(15)]  # 15 x 67M = 1.007B
+    model = torch.nn.Sequential(*layers)
     if kind == "frozen1b":
         for layer in layers[:-1]:
             layer.requires_grad_(False)
@@ -168,7 +168,7 @@ def main() -> None:
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     bw = [loopback_bandwidth() for _ in range(3)]
-    store_mem = 3 * 2**30
+    store_mem = 5 * 2**30  # two 2 GB versions in flight per node
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 2, "resources": {"learner_node": 1}, "object_store_memory": store_mem},

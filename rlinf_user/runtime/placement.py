@@ -95,12 +95,15 @@ def make_plan(placement_cfg, gpu_available: bool) -> Plan:
     return Plan(mode, learner, env_worker, replay, weights, int(placement_cfg.num_env_workers), eval_worker, groups)
 
 
-def ray_init_kwargs(placement_cfg, plan: Plan, extra_resources: tuple = ()) -> dict[str, Any]:
+def ray_init_kwargs(placement_cfg, plan: Plan, extra_resources: tuple = (), env_worker_cpus: float | None = None) -> dict[str, Any]:
     """Arguments for ``ray.init``: join a cluster when an address is given, else start a
     local runtime sized so every role fits (logical CPUs may exceed physical cores)."""
     if placement_cfg.ray_address:
         return {"address": placement_cfg.ray_address}
-    cpus = max(os.cpu_count() or 1, int(plan.total_cpus() + 0.999))
+    total = plan.total_cpus()
+    if env_worker_cpus is not None:  # a fleet: its members' workers instead of num_env_workers
+        total += env_worker_cpus - plan.env_worker.num_cpus * plan.num_env_workers
+    cpus = max(os.cpu_count() or 1, int(total + 0.999))
     kwargs: dict[str, Any] = {"num_cpus": cpus, "include_dashboard": False, "log_to_driver": True}
     # One machine that reaches the robot(s) itself offers them as resources, e.g.
     # {"franka": 1}, and is every node group at once; on a cluster each node registers

@@ -72,11 +72,12 @@ def _ray_init(cfg, plan) -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     from rlinf_user.runtime.fleet import members
 
-    try:  # one machine offers every member's robot itself
-        wanted = tuple({k: v * m.workers for k, v in m.resources.items()} for m in members(cfg))
+    try:  # one machine offers every member's robot itself, and a CPU for each worker
+        ms = members(cfg)
     except ValueError as err:
         raise RunError(str(err)) from err
-    kwargs = ray_init_kwargs(cfg.placement, plan, wanted)
+    wanted = tuple({k: v * m.workers for k, v in m.resources.items()} for m in ms)
+    kwargs = ray_init_kwargs(cfg.placement, plan, wanted, sum(m.num_cpus * m.workers for m in ms))
     log.info("starting Ray: %s", kwargs)
     ray.init(**kwargs)
 

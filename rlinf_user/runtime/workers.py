@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 5  # per slot, while its node is up
 CHECK_EVERY_S = 2.0
-NODE_GRACE_S = 3.0  # how long a failed worker's node gets to be declared dead
+NODE_GRACE_S = 3.0
+START_TIMEOUT_S = 300.0  # a worker that cannot be placed (no free resources) by then  # how long a failed worker's node gets to be declared dead
 
 
 class PoolError(RuntimeError):
@@ -118,7 +119,12 @@ class WorkerPool:
         for s in running:
             if s.member.index not in specs:
                 try:
-                    specs[s.member.index] = ray.get(s.actor.get_spec.remote())
+                    specs[s.member.index] = ray.get(s.actor.get_spec.remote(), timeout=START_TIMEOUT_S)
+                except ray.exceptions.GetTimeoutError as err:
+                    raise PoolError(
+                        f"fleet member {s.member.name}: its worker did not start within {START_TIMEOUT_S:.0f} s "
+                        f"(the cluster has no free {self._options(s.member)} for it?)"
+                    ) from err
                 except ray.exceptions.RayError as err:
                     env = s.member.env
                     raise PoolError(
