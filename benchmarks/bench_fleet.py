@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from machine import describe
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,7 +143,7 @@ def main() -> None:
         })  # fmt: skip
     out = {
         "what": f"gym_hil served by edge daemons at {args.hz} Hz, one fleet member each, one SAC learner (utd 1)",
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": describe(),
         "seconds_per_run": args.seconds,
         "repeats": args.repeats,
         "table": table,

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from machine import describe
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -78,7 +78,7 @@ def main() -> None:
     last2 = [row for r in runs for row in r["rounds"][-2:]]
     out = {
         "task": "gym_hil PandaPickCube, random block position, state, HG-DAgger (BC learner), synthetic supervisor",
-        "machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": describe(),
         "runs": runs,
         "demos_only_autonomous_success": round(float(np.mean([r["rounds"][0]["autonomous_success"] for r in runs])), 3),
         "first_round_intervention_rate": round(float(np.mean([r["rounds"][1]["intervention_rate"] for r in runs])), 3),

@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import platform
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from machine import describe
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS = {
@@ -120,7 +119,7 @@ def main() -> None:
     rows = [run_variant(v, s, args.minutes, args.target, work, args.block) for s in args.seeds for v in args.variants]
     out = {
         "task": f"gym_hil PandaPickCube, {args.block} block position, state, SAC; supervisor = scripted, stall-triggered",
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": describe(),
         "target_success": args.target,
         "max_minutes": args.minutes,
         "runs": rows,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from machine import describe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
 
@@ -109,8 +109,7 @@ def main() -> None:
         "task": "reach (goal box, 3 cm) on franky-sim through rlinf-user edge, SAC, state",
         "control_hz": args.hz,
         "target_success": args.target,
-        "machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version()},  # fmt: skip
+        "machine": describe(),
         "runs": runs,
         "reached": f"{len(reached)}/{len(runs)}",
         "median_wall_minutes": float(np.median([r["wall_minutes"] for r in reached])) if reached else None,

@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from machine import describe
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -186,7 +186,7 @@ def main() -> None:
         r["effective_bytes_per_s_median"] = round(r["effective_bytes_per_s_median"])
     out = {
         "what": "publish-to-applied between two Ray nodes on one machine (object stores over loopback TCP)",
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": describe(),
         "loopback_bytes_per_s": [round(b) for b in bw],
         "loopback_bytes_per_s_median": round(loop),
         "repeats": args.repeats,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -14,20 +12,9 @@ RESULTS = HERE / "results"
 
 
 def machine() -> dict:
-    import torch
+    from machine import describe
 
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_gib, 1),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "python": platform.python_version(), "torch": torch.__version__}
+    return describe()
 
 
 def main() -> None:
