@@ -103,7 +103,7 @@ class LearnerSide:
                 if p.requires_grad:
                     p.add_(1e-3)
         t0 = time.time()
-        self.pub.publish(self.model.state_dict(), version)
+        self.pub.publish(self.model, version)
         return t0, self.pub.last_stats
 
 

@@ -102,7 +102,7 @@ class BCLearner:
         self.version += 1
         if self._publisher is None:
             self._publisher = WeightPublisher(self.weight_store)
-        self._publisher.publish(self.policy.state_dict(), self.version)
+        self._publisher.publish(self.policy, self.version)
         return self.version
 
     def start(self, max_updates_per_s: float = 200.0) -> None:

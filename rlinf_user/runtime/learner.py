@@ -59,7 +59,7 @@ class Learner:
         self.weight_store = weight_store
         self.version = -1
         self.env_steps_seen = 0
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # publish() runs inside train() and on its own
         self.local_replay = None
         self.remote_replay = None
         if replay is None:  # collocated: the buffer lives in this process
@@ -155,11 +155,13 @@ class Learner:
     def publish(self) -> int:
         from rlinf_user.runtime.weights import WeightPublisher
 
-        if self._publisher is None:
-            self._publisher = WeightPublisher(self.weight_store, changed_only=bool(self.cfg.placement.publish_changed_only))
-        self.version += 1
-        self._publisher.publish(self.agent.policy_state(), self.version)
-        return self.version
+        with self.lock:  # never while an update is changing the weights
+            if self._publisher is None:
+                changed_only = bool(self.cfg.placement.publish_changed_only)
+                self._publisher = WeightPublisher(self.weight_store, changed_only=changed_only)
+            self.version += 1
+            self._publisher.publish(self.agent.policy, self.version)
+            return self.version
 
     # -- training -------------------------------------------------------------------------
     def train(self, max_updates: int, env_steps: int) -> dict[str, Any]:

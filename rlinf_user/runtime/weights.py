@@ -135,29 +135,45 @@ class WeightStore:
 
 
 class WeightPublisher:
-    """Learner side: publish ``module``'s weights as version ``v`` (only what changed)."""
+    """Learner side: publish a module's (or a state dict's) weights as version ``v``.
+
+    With ``changed_only``, given a module: trainable parameters are always sent, frozen
+    ones (``requires_grad=False``) only the first time, and buffers when their values
+    changed. Given a bare state dict, every tensor is compared with what was last sent."""
 
     def __init__(self, store, changed_only: bool = True, chunk_bytes: int = CHUNK_BYTES):
         self.store = store
         self.changed_only = changed_only
         self.chunk_bytes = chunk_bytes
-        self._last: dict[str, np.ndarray] = {}
+        self._sent: set[str] = set()
+        self._last: dict[str, np.ndarray] = {}  # copies of the tensors compared by value
         self.last_stats: dict[str, Any] = {}
 
-    def publish(self, state: dict[str, torch.Tensor], version: int) -> int:
+    def publish(self, source: torch.nn.Module | dict[str, torch.Tensor], version: int) -> int:
         import ray
 
         t0 = time.perf_counter()
-        arrays = to_numpy_state(state)
-        if self.changed_only and self._last:
-            changed = {k: a for k, a in arrays.items() if k not in self._last or not np.array_equal(a, self._last[k])}
+        frozen: set[str] = set()
+        trainable: set[str] = set()
+        if isinstance(source, torch.nn.Module):
+            state = source.state_dict()
+            for name, p in source.named_parameters():
+                (trainable if p.requires_grad else frozen).add(name)
         else:
-            changed = arrays
+            state = source
+        arrays = to_numpy_state(state)
+        changed: dict[str, np.ndarray] = {}
+        for k, a in arrays.items():
+            if not self.changed_only or k not in self._sent or k in trainable:
+                changed[k] = a
+            elif k not in frozen and not np.array_equal(a, self._last[k]):
+                changed[k] = a
         chunks = pack(changed, self.chunk_bytes)
         refs = [ray.put(c) for c in chunks]
         ray.get(self.store.publish.remote(version, refs, list(changed)))
         if self.changed_only:
-            self._last.update({k: a.copy() for k, a in changed.items()})
+            self._sent.update(changed)
+            self._last.update({k: a.copy() for k, a in changed.items() if k not in trainable and k not in frozen})
         self.last_stats = {
             "version": version, "tensors": len(changed), "of": len(arrays), "chunks": len(refs),
             "bytes": int(sum(a.nbytes for a in changed.values())), "seconds": time.perf_counter() - t0,

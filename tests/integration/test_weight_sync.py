@@ -54,10 +54,16 @@ def test_chunked_changed_only_publication_reaches_a_subscriber(ray_runtime):
     poll_until(sub, 1)
     assert torch.equal(worker[2].weight, learner[2].weight) and torch.equal(worker[0].weight, learner[0].weight)
     assert sub.last_latency_s is not None and 0 <= sub.last_latency_s < 10
+    with torch.no_grad():
+        learner[2].bias.add_(1.0)
+    pub.publish(learner, 2)  # given the module: trainable tensors go, frozen ones are not even compared
+    assert pub.last_stats["tensors"] == 2
+    poll_until(sub, 2)
+    assert torch.equal(worker[2].bias, learner[2].bias)
     late = net()  # a worker joining later gets every tensor's current value
     late_sub = WeightSubscriber(store, late)
     late_sub.sync()
-    assert late_sub.version == 1 and torch.equal(late[2].weight, learner[2].weight)
+    assert late_sub.version == 2 and torch.equal(late[2].weight, learner[2].weight)
 
 
 def test_a_worker_too_far_behind_waits_for_the_newest(ray_runtime):
