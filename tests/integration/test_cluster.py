@@ -29,6 +29,7 @@ def wait_for(cond, timeout: float, what: str, thread=None) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_roles_follow_node_groups_and_robots_leave_and_rejoin(tmp_path):
     import ray

@@ -48,6 +48,7 @@ def test_hg_dagger_session_with_a_synthetic_supervisor(tmp_path, capsys):
     assert len(rows) == 13 and rows[0].startswith("round,episode,kind,policy_version")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_hg_dagger_improves_the_policy_and_needs_the_supervisor_less(tmp_path, capsys):
     """The learning claim, in CI: from 2 scripted demonstrations (random block), rounds of
