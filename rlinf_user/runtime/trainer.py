@@ -63,11 +63,12 @@ class Progress:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _ray_init(cfg, plan) -> None:
+def _ray_init(cfg, plan) -> bool:
+    """Start (or join) Ray unless this process already did; True when started here."""
     import ray
 
     if ray.is_initialized():
-        return
+        return False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     from rlinf_user.runtime.fleet import members
@@ -80,6 +81,7 @@ def _ray_init(cfg, plan) -> None:
     kwargs = ray_init_kwargs(cfg.placement, plan, wanted, sum(m.num_cpus * m.workers for m in ms))
     log.info("starting Ray: %s", kwargs)
     ray.init(**kwargs)
+    return True
 
 
 class Trainer:
@@ -104,7 +106,7 @@ class Trainer:
         cfg = self.cfg
         gpu = torch.cuda.is_available()
         self.plan = plan = make_plan(cfg.placement, gpu)
-        _ray_init(cfg, plan)
+        self._started_ray = _ray_init(cfg, plan)
         self.EnvWorkerActor = ray.remote(EnvWorker)
         self.weights = ray.remote(WeightStore).options(**plan.weights.actor_options()).remote()
         try:
@@ -493,6 +495,9 @@ class Trainer:
                     ray.kill(actor, no_restart=True)
                 except Exception:  # noqa: BLE001
                     pass
+        if getattr(self, "_started_ray", False):  # a runtime this run started ends with it
+            ray.shutdown()
+            self._started_ray = False
 
 
 def check_demos(path: str | None, spec: dict) -> None:

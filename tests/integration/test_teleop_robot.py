@@ -67,9 +67,9 @@ def test_hg_dagger_on_the_robot_through_the_edge(tmp_path, capsys):
     robot = ["--robot", "franka", "env.edge.host=127.0.0.1", f"env.edge.port={port}", "teleop=keyboard"]
     demo_keys = keys([(0.0, "W", 1), (1.5, "W", 0), (1.6, "ENTER", 1), (1.65, "ENTER", 0), (2.8, "ESC", 1), (2.85, "ESC", 0)])
     (tmp_path / "demo.bin").write_bytes(demo_keys)
-    # deadman (left shift) held with "move left" from 1 s to 8 s: whatever the resets take,
-    # it overlaps steps of the corrected episodes
-    correct = keys([(0.0, "SPACE", 0), (1.0, "LEFTSHIFT", 1), (1.0, "A", 1), (8.0, "A", 0), (8.0, "LEFTSHIFT", 0)])
+    # the deadman (left shift) and "move left" held for the whole session: the corrected
+    # episodes are the person's, the evaluation episodes stay hands-off all the same
+    correct = keys([(0.0, "SPACE", 0), (0.2, "LEFTSHIFT", 1), (0.2, "A", 1)])
     (tmp_path / "correct.bin").write_bytes(correct)
     try:
         assert main(["teleop", *robot, f"teleop.replay={tmp_path / 'demo.bin'}", f"dataset.root={tmp_path / 'demos'}",
@@ -85,15 +85,16 @@ def test_hg_dagger_on_the_robot_through_the_edge(tmp_path, capsys):
     out = capsys.readouterr()
     assert rc == 0, out.err
     r = LeRobotReader(tmp_path / "session")
-    assert r.num_episodes == 3 and r.info["robot_type"] == "franka"
-    kinds = [r.episode(i, images=False).meta["hg_dagger_kind"] for i in range(3)]
-    assert kinds == ["dagger", "dagger", "eval"]
-    dagger = [r.episode(i, images=False).columns for i in range(2)]
+    assert r.num_episodes == 4 and r.info["robot_type"] == "franka"
+    kinds = [r.episode(i, images=False).meta["hg_dagger_kind"] for i in range(4)]
+    assert kinds == ["eval", "dagger", "dagger", "eval"]  # the demos-only policy first
+    dagger = [r.episode(i, images=False).columns for i in (1, 2)]
     flags = np.concatenate([c["intervention"] for c in dagger]).astype(bool)
     actions = np.concatenate([c["action"] for c in dagger])
-    assert flags.any() and not flags.all(), "the deadman window should cover some steps, not all"
-    assert (actions[flags][:, 1] > 0.3).sum() >= 3  # the human's "left" (+y) reached the robot
-    assert not r.episode(2, images=False).columns["intervention"].any()  # evaluation: hands off
+    assert flags.all()  # every step of a corrected episode: the deadman was held
+    assert (actions[:, 1] > 0.3).sum() >= 10  # the human's "left" (+y) reached the robot
+    for i in (0, 3):
+        assert not r.episode(i, images=False).columns["intervention"].any()  # evaluation: hands off
     versions = np.concatenate([c["policy_version"] for c in dagger])
     assert versions.min() >= 0
     summary = json.loads((tmp_path / "runs" / "robot" / "hg_dagger.json").read_text())
