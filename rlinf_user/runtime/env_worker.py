@@ -143,9 +143,6 @@ class EnvWorker:
         node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         return {"member": self.member_name, "worker": self.worker_id, "node": node}
 
-    def _fleet_obs(self, obs: dict[str, Any]) -> dict[str, Any]:
-        return self.adapter.obs(obs)
-
     def _fleet_obs_one(self, obs: dict[str, Any]) -> dict[str, Any]:
         batched = {"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}}
         if "timestamps" in obs:
@@ -180,7 +177,7 @@ class EnvWorker:
         for _ in range(num_steps):
             if self.weights is not None:
                 self.weights.poll()
-            obs = self._fleet_obs(self.obs)
+            obs = self.adapter.obs(self.obs)
             actions = self._act(obs, random)
             flags = np.zeros(self.envs.num_envs, dtype=bool)
             if self.supervisor is not None:
@@ -188,7 +185,7 @@ class EnvWorker:
                 if d is not None:
                     actions[0], flags[0] = d.action, d.intervention
             next_obs, rewards, terms, truncs, infos = self.envs.step(self.adapter.env_action(actions))
-            fleet_next = self._fleet_obs(next_obs)
+            fleet_next = self.adapter.obs(next_obs)
             version = self.weights.version if self.weights is not None else -1
             for i in range(self.envs.num_envs):
                 done = bool(terms[i] or truncs[i])
@@ -304,7 +301,7 @@ class EnvWorker:
             while not done:
                 if record_video and ep < 3:
                     frames.append(env.render())
-                batch = self._fleet_obs({"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}})
+                batch = self.adapter.obs({"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}})
                 with torch.no_grad():
                     a = self.policy.act(obs_to_torch(batch), deterministic=True).numpy()[0]
                 obs, r, te, tr, info = env.step(self.adapter.env_action(expand_action(a, self.spec)))

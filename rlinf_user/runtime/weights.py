@@ -103,16 +103,13 @@ class WeightStore:
         self.chunks: dict[int, list] = {}  # version -> its chunk references
         self.published_at: dict[int, float] = {}
 
-    def publish(self, version: int, ref_box: list, names: list[str] | None = None) -> int:
+    def publish(self, version: int, ref_box: list, names: list[str]) -> int:
         """``ref_box``: the version's chunk references (in a list so Ray does not resolve
-        them); ``names``: the tensors it carries (None: a whole state dict in one chunk)."""
+        them); ``names``: the tensors it carries, on top of what earlier versions hold."""
         if version <= self.version:
             raise ValueError(f"weight version {version} is not newer than {self.version}")
-        if names is None:  # everything, as one state dict
-            self.tensor_version = {"*": version}
-        else:  # named tensors on top of what earlier versions hold
-            for n in names:
-                self.tensor_version[n] = version
+        for n in names:
+            self.tensor_version[n] = version
         self.version = version
         self.chunks[version] = list(ref_box)
         self.published_at[version] = time.time()
