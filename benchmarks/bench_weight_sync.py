@@ -11,6 +11,11 @@ from the learner's ``publish`` call to the worker having the new tensors in its 
   loopback bandwidth, measured here with a plain TCP socket pair;
 * ``frozen1b``: the same model with only its last layer trained (``changed_only``).
 
+Both transports are measured: ``tcp`` (the learner serves its tensors, the worker pulls
+straight into its own buffers) and ``ray`` (chunks through the object stores). Each row
+also splits the time: publish call -> the store has the version ("published"), the
+worker's ask answered, every byte local ("fetched"), in the module ("applied").
+
     python benchmarks/bench_weight_sync.py --repeats 5
 """
 
@@ -82,7 +87,7 @@ def build(kind: str):
 
 
 class LearnerSide:
-    def __init__(self, kind: str, store, changed_only: bool):
+    def __init__(self, kind: str, store, changed_only: bool, transport: str):
         import torch
 
         from rlinf_user.runtime.weights import WeightPublisher
@@ -90,7 +95,7 @@ class LearnerSide:
         torch.manual_seed(0)
         self.kind = kind
         self.model = build(kind)
-        self.pub = WeightPublisher(store, changed_only=changed_only)
+        self.pub = WeightPublisher(store, changed_only=changed_only, transport=transport)
 
     def params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
@@ -124,36 +129,49 @@ class WorkerSide:
                 raise TimeoutError(f"version {version} not applied")
             self.sub.poll()  # what an env worker does between steps
             time.sleep(0.001)
-        return time.time()
+        return time.time(), dict(self.sub.last_timing)
 
 
-def measure(kind: str, repeats: int, node_resources: dict) -> dict:
+def measure(kind: str, transport: str, repeats: int, node_resources: dict, warmup: int = 3) -> dict:
     import ray
 
     from rlinf_user.runtime.weights import WeightStore
 
     changed_only = kind == "frozen1b"
     store = ray.remote(WeightStore).options(resources={"learner_node": 0.01}).remote()
-    learner = ray.remote(LearnerSide).options(resources={"learner_node": 0.01}, num_cpus=1).remote(kind, store, changed_only)
+    learner = (
+        ray.remote(LearnerSide)
+        .options(resources={"learner_node": 0.01}, num_cpus=1)
+        .remote(kind, store, changed_only, transport)
+    )
     worker = ray.remote(WorkerSide).options(resources=node_resources, num_cpus=1).remote(kind, store)
     ray.get(learner.step_and_publish.remote(0))
     ray.get(worker.wait_for.remote(0))  # the first, full copy (not timed)
-    lat, stats = [], []
-    for v in range(1, repeats + 1):
+    for v in range(1, warmup + 1):  # the object stores' memory in use once (first touches are slow on VMs)
+        done = worker.wait_for.remote(v)
+        ray.get(learner.step_and_publish.remote(v))
+        ray.get(done)
+    lat, stats, phases = [], [], []
+    for v in range(warmup + 1, warmup + repeats + 1):
         done = worker.wait_for.remote(v)
         t0, st = ray.get(learner.step_and_publish.remote(v))
-        lat.append(ray.get(done) - t0)
+        t1, timing = ray.get(done)
+        lat.append(t1 - t0)
         stats.append(st)
+        # publish call -> the store has the version, and from there to answered/fetched/applied
+        t_pub = t1 - timing["applied"]
+        phases.append({"published": t_pub - t0, **{k: x + (t_pub - t0) for k, x in timing.items()}})
     params = ray.get(learner.params.remote())
     for a in (learner, worker, store):
         ray.kill(a)
     lat_arr = np.array(lat)
     nbytes = stats[-1]["bytes"]
     return {
-        "model": kind, "parameters": params, "bytes_sent_per_version": nbytes,
+        "model": kind, "transport": transport, "parameters": params, "bytes_sent_per_version": nbytes,
         "tensors_sent": stats[-1]["tensors"], "tensors_total": stats[-1]["of"], "chunks": stats[-1]["chunks"],
         "publish_to_applied_ms": [round(x * 1e3, 1) for x in lat],
         "median_ms": round(float(np.median(lat_arr)) * 1e3, 1), "p99_ms": round(float(np.percentile(lat_arr, 99)) * 1e3, 1),
+        "phases_median_ms": {k: round(float(np.median([p[k] for p in phases])) * 1e3, 1) for k in phases[0]},
         "effective_bytes_per_s_median": nbytes / float(np.median(lat_arr)),
     }  # fmt: skip
 
@@ -162,6 +180,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--models", nargs="+", default=["cnn5m", "llm1b", "frozen1b"])
+    ap.add_argument("--transports", nargs="+", default=["tcp", "ray"])
     args = ap.parse_args()
     import ray
     from ray.cluster_utils import Cluster
@@ -176,7 +195,7 @@ def main() -> None:
     cluster.add_node(num_cpus=2, resources={"worker_node": 1}, object_store_memory=store_mem)
     ray.init(address=cluster.address, log_to_driver=False)
     try:
-        rows = [measure(m, args.repeats, {"worker_node": 0.01}) for m in args.models]
+        rows = [measure(m, t, args.repeats, {"worker_node": 0.01}) for t in args.transports for m in args.models]
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -197,7 +216,7 @@ def main() -> None:
     (RESULTS / "weight_sync.json").write_text(json.dumps(out, indent=2))
     print(f"loopback: {loop / 2**30:.2f} GiB/s")
     for r in rows:
-        print(f"{r['model']:<9} {r['parameters'] / 1e6:8.1f}M params, {r['bytes_sent_per_version'] / 2**20:8.1f} MiB sent: "
+        print(f"{r['transport']:<4}{r['model']:<9} {r['parameters'] / 1e6:8.1f}M params, {r['bytes_sent_per_version'] / 2**20:8.1f} MiB sent: "
               f"median {r['median_ms']} ms, p99 {r['p99_ms']} ms, {r['fraction_of_loopback']:.0%} of loopback")  # fmt: skip
 
 

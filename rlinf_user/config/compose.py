@@ -100,6 +100,10 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("intervention.synthetic_human=true drives gym_hil's PandaPickCube only")
     if cfg.policy.name == "cnn" and not cfg.env.cameras:
         raise ConfigError("policy=cnn needs cameras: set env.cameras=[<camera>, ...]")
+    if cfg.placement.weight_transport not in ("tcp", "ray"):
+        raise ConfigError(f"placement.weight_transport={cfg.placement.weight_transport!r}: use tcp or ray")
+    if not 0 <= int(cfg.placement.weight_port) <= 65535:
+        raise ConfigError(f"placement.weight_port={cfg.placement.weight_port} is not a TCP port (0: any free port)")
     if cfg.placement.num_env_workers < 1 or cfg.placement.envs_per_worker < 1:
         raise ConfigError("placement.num_env_workers and placement.envs_per_worker must be >= 1")
     if cfg.total_env_steps <= 0:

@@ -114,6 +114,10 @@ class PlacementConfig:
     # (None: never waits); publish only the tensors that changed (a frozen backbone once).
     max_policy_lag: int | None = None
     publish_changed_only: bool = True
+    # How the bytes move: tcp (the learner serves them on `weight_port`, 0 = any free
+    # port; workers pull directly) or ray (through Ray's object store, Ray's ports only).
+    weight_transport: str = "tcp"
+    weight_port: int = 0
     rollout_device: str = "cpu"
     torch_threads: int = 1
 

@@ -157,8 +157,11 @@ class Learner:
 
         with self.lock:  # never while an update is changing the weights
             if self._publisher is None:
-                changed_only = bool(self.cfg.placement.publish_changed_only)
-                self._publisher = WeightPublisher(self.weight_store, changed_only=changed_only)
+                pl = self.cfg.placement
+                self._publisher = WeightPublisher(
+                    self.weight_store, changed_only=bool(pl.publish_changed_only),
+                    transport=str(pl.get("weight_transport", "tcp")), port=int(pl.get("weight_port", 0)),
+                )  # fmt: skip
             self.version += 1
             self._publisher.publish(self.agent.policy, self.version)
             return self.version

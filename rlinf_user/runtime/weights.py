@@ -1,16 +1,20 @@
 """Versioned weight publication: learner -> env/rollout workers, never blocking either.
 
-The learner's :class:`WeightPublisher` packs the policy's tensors into chunks of at most
-``chunk_bytes`` (a tensor larger than that is split), puts them into the Ray object store
-and hands the references to the :class:`WeightStore` with a monotonically increasing
-version. With ``changed_only`` a version carries only the tensors that changed since the
-last one (a frozen backbone is sent once), and the store remembers which version holds
-each tensor's current value.
+The learner's :class:`WeightPublisher` announces each version, with a monotonically
+increasing number, to the :class:`WeightStore` (a small Ray actor). With ``changed_only``
+a version carries only the tensors that changed since the last one (trainable parameters,
+buffers whose values moved; a frozen backbone is sent once). Two transports move the bytes:
+
+* ``tcp`` (default): the learner process serves its staged tensors itself
+  (:mod:`rlinf_user.runtime.weight_stream`); workers pull over one persistent connection
+  straight into their own buffers.
+* ``ray``: tensors packed into chunks of at most ``chunk_bytes`` (a larger tensor is
+  split) go into the Ray object store, and the store remembers which version holds each
+  tensor's current value. Needs nothing but Ray's own ports between nodes.
 
 A :class:`WeightSubscriber` asks for anything newer than what it holds with a call it does
-not wait on, then fetches the chunks it lacks in the background (``ray.wait`` with
-``fetch_local``: across nodes the bytes move while the worker keeps stepping) and swaps
-them in between two steps once all have arrived. Versions never go backwards. A worker
+not wait on, fetches in the background (the worker keeps stepping) and swaps the new
+values in between two steps once all have arrived. Versions never go backwards. A worker
 that falls more than ``max_lag`` versions behind waits for the newest (a staleness bound).
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -52,7 +57,8 @@ def pack(state: dict[str, np.ndarray], chunk_bytes: int = CHUNK_BYTES) -> list[d
             per = max(1, chunk_bytes // max(1, arr.itemsize))
             n = -(-flat.size // per)
             for i in range(n):
-                chunks.append({name: {"part": i, "parts": n, "shape": arr.shape, "data": flat[i * per : (i + 1) * per]}})
+                part = flat[i * per : (i + 1) * per]
+                chunks.append({name: {"part": i, "parts": n, "offset": i * per, "shape": arr.shape, "data": part}})
             continue
         if current and size + arr.nbytes > chunk_bytes:
             chunks.append(current)
@@ -83,34 +89,55 @@ def unpack(chunks: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     return out
 
 
-def _assign(tensor: torch.Tensor, arr: np.ndarray) -> None:
-    """Copy ``arr`` (possibly a read-only view of the object store) into ``tensor``."""
+def _assign(tensor: torch.Tensor, arr: np.ndarray, offset: int | None = None) -> None:
+    """Copy ``arr`` (possibly a read-only view of the object store) into ``tensor``, or,
+    with ``offset``, into its flat elements ``[offset, offset + arr.size)`` (one part of a
+    split tensor goes straight to its place: no reassembly buffer)."""
     target = tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor
+    arr = np.asarray(arr)
     if target.device.type == "cpu" and target.is_contiguous():
-        np.copyto(target.detach().numpy(), np.asarray(arr).reshape(target.shape), casting="same_kind")
-    else:
-        with torch.no_grad():
-            target.copy_(torch.from_numpy(np.array(arr)).reshape(target.shape))
+        dst = target.detach().numpy()
+        if offset is None:
+            np.copyto(dst, arr.reshape(dst.shape), casting="same_kind")
+        else:
+            np.copyto(dst.reshape(-1)[offset : offset + arr.size], arr.reshape(-1), casting="same_kind")
+        return
+    src = torch.from_numpy(np.array(arr))
+    with torch.no_grad():
+        if offset is None:
+            target.copy_(src.reshape(target.shape))
+        else:
+            target.view(-1)[offset : offset + src.numel()].copy_(src.reshape(-1))
 
 
 class WeightStore:
-    """Holds, for every tensor, the version (and chunk references) of its current value
-    (a Ray actor in the runtime)."""
+    """Where workers learn of new versions (a Ray actor in the runtime). For the ``ray``
+    transport it holds, for every tensor, the version (and chunk references) of its
+    current value; for ``tcp``, the learner's weight server to pull from."""
 
     def __init__(self) -> None:
         self.version = -1
         self.tensor_version: dict[str, int] = {}
         self.chunks: dict[int, list] = {}  # version -> its chunk references
         self.published_at: dict[int, float] = {}
+        self.stream: dict[str, Any] | None = None  # the weight server's endpoint (tcp)
 
-    def publish(self, version: int, ref_box: list, names: list[str]) -> int:
+    def publish(self, version: int, ref_box: list, names: list[str], stream: dict[str, Any] | None = None) -> int:
         """``ref_box``: the version's chunk references (in a list so Ray does not resolve
-        them); ``names``: the tensors it carries, on top of what earlier versions hold."""
+        them); ``names``: the tensors it carries, on top of what earlier versions hold;
+        ``stream``: instead of chunks, the endpoint serving the version."""
         if version <= self.version:
             raise ValueError(f"weight version {version} is not newer than {self.version}")
+        self.version = version
+        if stream is not None:  # the server knows which tensors are current
+            self.stream = dict(stream)
+            self.tensor_version.clear()
+            self.chunks.clear()
+            self.published_at = {version: time.time()}
+            return version
+        self.stream = None
         for n in names:
             self.tensor_version[n] = version
-        self.version = version
         self.chunks[version] = list(ref_box)
         self.published_at[version] = time.time()
         live = set(self.tensor_version.values()) | {version}
@@ -119,11 +146,14 @@ class WeightStore:
             self.published_at.pop(v, None)
         return self.version
 
-    def latest(self, newer_than: int = -1) -> tuple[int, list, float] | None:
+    def latest(self, newer_than: int = -1) -> tuple[int, Any, float] | None:
         """``(version, [(v, [refs...]), ...], published_at)`` for the versions holding a
-        tensor newer than ``newer_than`` (oldest first), or None when nothing is newer."""
+        tensor newer than ``newer_than`` (oldest first), ``(version, {"stream": endpoint},
+        published_at)`` for a served version, or None when nothing is newer."""
         if self.version <= newer_than:
             return None
+        if self.stream is not None:
+            return self.version, {"stream": self.stream}, self.published_at[self.version]
         wanted = sorted({v for v in self.tensor_version.values() if v > newer_than})
         return self.version, [(v, self.chunks[v]) for v in wanted], self.published_at[self.version]
 
@@ -131,17 +161,28 @@ class WeightStore:
         return self.version
 
 
+TRANSPORTS = ("tcp", "ray")
+
+
 class WeightPublisher:
     """Learner side: publish a module's (or a state dict's) weights as version ``v``.
 
     With ``changed_only``, given a module: trainable parameters are always sent, frozen
     ones (``requires_grad=False``) only the first time, and buffers when their values
-    changed. Given a bare state dict, every tensor is compared with what was last sent."""
+    changed. Given a bare state dict, every tensor is compared with what was last sent.
+    ``port`` (tcp): where the weight server listens (0: any free port)."""
 
-    def __init__(self, store, changed_only: bool = True, chunk_bytes: int = CHUNK_BYTES):
+    def __init__(
+        self, store, changed_only: bool = True, chunk_bytes: int = CHUNK_BYTES, transport: str = "tcp", port: int = 0
+    ):
+        if transport not in TRANSPORTS:
+            raise ValueError(f"weight transport must be one of {TRANSPORTS}, got {transport!r}")
         self.store = store
         self.changed_only = changed_only
         self.chunk_bytes = chunk_bytes
+        self.transport = transport
+        self.port = int(port)
+        self._server = None
         self._sent: set[str] = set()
         self._last: dict[str, np.ndarray] = {}  # copies of the tensors compared by value
         self.last_stats: dict[str, Any] = {}
@@ -158,24 +199,43 @@ class WeightPublisher:
                 (trainable if p.requires_grad else frozen).add(name)
         else:
             state = source
-        arrays = to_numpy_state(state)
-        changed: dict[str, np.ndarray] = {}
-        for k, a in arrays.items():
+        by_value = {k for k in state if k not in trainable and k not in frozen}
+        values = {k: _to_numpy(state[k]) for k in by_value} if self.changed_only else {}
+        changed: dict[str, torch.Tensor] = {}
+        for k, t in state.items():
             if not self.changed_only or k not in self._sent or k in trainable:
-                changed[k] = a
-            elif k not in frozen and not np.array_equal(a, self._last[k]):
-                changed[k] = a
-        chunks = pack(changed, self.chunk_bytes)
-        refs = [ray.put(c) for c in chunks]
-        ray.get(self.store.publish.remote(version, refs, list(changed)))
+                changed[k] = t
+            elif k in by_value and not np.array_equal(values[k], self._last[k]):
+                changed[k] = t
+        if self.transport == "tcp":
+            if self._server is None:
+                from rlinf_user.runtime.weight_stream import WeightServer
+
+                self._server = WeightServer(port=self.port)
+            self._server.begin(version, changed)  # workers may start pulling before the copies end
+            announced = self.store.publish.remote(version, [], list(changed), self._server.endpoint())
+            self._server.fill(changed)
+            ray.get(announced)
+            n_chunks = 0
+        else:
+            chunks = pack(to_numpy_state(changed), self.chunk_bytes)
+            refs = [ray.put(c) for c in chunks]
+            ray.get(self.store.publish.remote(version, refs, list(changed)))
+            n_chunks = len(refs)
         if self.changed_only:
             self._sent.update(changed)
-            self._last.update({k: a.copy() for k, a in changed.items() if k not in trainable and k not in frozen})
+            self._last.update({k: values[k].copy() for k in changed if k in by_value})
         self.last_stats = {
-            "version": version, "tensors": len(changed), "of": len(arrays), "chunks": len(refs),
-            "bytes": int(sum(a.nbytes for a in changed.values())), "seconds": time.perf_counter() - t0,
+            "version": version, "tensors": len(changed), "of": len(state), "chunks": n_chunks,
+            "bytes": int(sum(t.numel() * t.element_size() for t in changed.values())),
+            "seconds": time.perf_counter() - t0,
         }  # fmt: skip
         return version
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
 
 class WeightSubscriber:
@@ -190,23 +250,44 @@ class WeightSubscriber:
         self.version = -1
         self.latest_seen = -1
         self._ask = None  # pending store.latest call
-        self._fetch: tuple[int, list, list, float] | None = None  # (version, [(v, refs)], all refs, t_pub)
+        self._fetch: tuple[int, list, list, float] | None = None  # ray: (version, [(v, refs)], all refs, t_pub)
+        self._pull: tuple[Future, float] | None = None  # tcp: (the background fetch, t_pub)
+        self._client = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._shared: set[int] | None = None  # storages several state-dict entries use
         self.applied = 0
         self.waits = 0  # times the staleness bound made the worker wait
         self.last_latency_s: float | None = None  # publish -> applied, for the newest version
+        # where that time went (seconds after the store had the version): "answered"
+        # (the store's answer came back), "fetched" (every byte is here), "applied"
+        self.last_timing: dict[str, float] = {}
+        self._t_answer = 0.0
 
     def poll(self) -> bool:
         """Call between steps; returns True when new weights were applied."""
         import ray
 
+        if self._pull is not None:
+            fut, t_pub = self._pull
+            if not fut.done():
+                return self._bound()
+            self._pull = None
+            try:
+                version, got = fut.result()
+            except (ConnectionError, OSError) as err:
+                log.warning("weights: pull from the learner failed (%s); asking again", err)
+                return False
+            self._apply_stream(version, got, t_pub, time.time())
+            return True
         if self._fetch is not None:
             version, groups, refs, t_pub = self._fetch
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
             if len(ready) < len(refs):
                 return self._bound()
             self._fetch = None
+            t_fetched = time.time()
             try:
-                self._apply(version, groups, t_pub)
+                self._apply(version, groups, t_pub, t_fetched)
             except ray.exceptions.ObjectLostError as err:
                 # its publisher (a learner that crashed) is gone; the next version replaces it
                 log.warning("weights v%d are lost with their publisher (%s); asking again", version, type(err).__name__)
@@ -224,17 +305,33 @@ class WeightSubscriber:
             return self._bound()
         answer = ray.get(self._ask)
         self._ask = None
+        self._t_answer = time.time()
         if answer is None:
             return False
         version, groups, t_pub = answer
         self.latest_seen = max(self.latest_seen, version)
+        if isinstance(groups, dict):  # tcp: pull from the learner on a background thread
+            self._pull = (self._executor().submit(self._stream_client().fetch, groups["stream"], self.version), t_pub)
+            return self._bound()
         refs = [r for _, rs in groups for r in rs]
         if not refs:  # a version that changed nothing: just take its number
-            self._apply(version, groups, t_pub)
+            self._apply(version, groups, t_pub, self._t_answer)
             return True
         ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)  # start moving the bytes
         self._fetch = (version, groups, refs, t_pub)
         return self._bound()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="weight-pull")
+        return self._pool
+
+    def _stream_client(self):
+        if self._client is None:
+            from rlinf_user.runtime.weight_stream import WeightStreamClient
+
+            self._client = WeightStreamClient()
+        return self._client
 
     def _bound(self) -> bool:
         if self.max_lag is not None and self.version >= 0 and self.latest_seen - self.version > self.max_lag:
@@ -243,19 +340,59 @@ class WeightSubscriber:
             return True
         return False
 
-    def _apply(self, version: int, groups: list, t_pub: float) -> None:
+    def _done(self, version: int, t_pub: float, t_fetched: float) -> None:
+        now = time.time()
+        self.version = version
+        self.latest_seen = max(self.latest_seen, version)
+        self.applied += 1
+        self.last_latency_s = now - t_pub
+        self.last_timing = {"answered": self._t_answer - t_pub, "fetched": t_fetched - t_pub, "applied": now - t_pub}
+
+    def _apply(self, version: int, groups: list, t_pub: float, t_fetched: float) -> None:
         import ray
 
         current = self.module.state_dict()
         for _, refs in groups:  # oldest first: a newer value of a tensor overwrites an older one
-            for name, arr in unpack(ray.get(list(refs))).items():
-                if name not in current:
-                    raise KeyError(f"weights: published tensor {name!r} is not in this worker's policy")
-                _assign(current[name], arr)
-        self.version = version
-        self.latest_seen = max(self.latest_seen, version)
-        self.applied += 1
-        self.last_latency_s = time.time() - t_pub
+            for chunk in ray.get(list(refs)):
+                for name, val in chunk.items():
+                    if name not in current:
+                        raise KeyError(f"weights: published tensor {name!r} is not in this worker's policy")
+                    if isinstance(val, dict) and "part" in val:
+                        _assign(current[name], val["data"], val["offset"])
+                    else:
+                        _assign(current[name], val)
+        self._done(version, t_pub, t_fetched)
+
+    def _apply_stream(self, version: int, got: dict[str, torch.Tensor], t_pub: float, t_fetched: float) -> None:
+        """Swap the received buffers in (the module's old storage becomes the next receive
+        buffer); copy where a swap is not safe (another device, views, shared storage)."""
+        live = self.module.state_dict(keep_vars=True)
+        if self._shared is None:
+            seen: dict[int, int] = {}
+            for t in live.values():
+                seen[t.data_ptr()] = seen.get(t.data_ptr(), 0) + 1
+            self._shared = {p for p, n in seen.items() if n > 1}
+        for name, buf in got.items():
+            t = live.get(name)
+            if t is None:
+                raise KeyError(f"weights: published tensor {name!r} is not in this worker's policy")
+            src = buf.view(torch.bfloat16) if t.dtype == torch.bfloat16 else buf
+            if src.shape != t.shape:
+                raise ValueError(
+                    f"weights: {name!r} arrived with shape {tuple(src.shape)}, the policy has {tuple(t.shape)}"
+                )
+            swap = (
+                t.device.type == "cpu" and t.dtype == src.dtype and t.is_contiguous()
+                and t.data_ptr() not in self._shared and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+            )  # fmt: skip
+            with torch.no_grad():
+                if swap:
+                    old = t.data
+                    t.data = src
+                    self._client.give_back(name, old.view(torch.int16) if old.dtype == torch.bfloat16 else old)
+                else:
+                    t.copy_(src)
+        self._done(version, t_pub, t_fetched)
 
     def lag(self) -> int:
         return max(0, self.latest_seen - self.version)
@@ -268,6 +405,12 @@ class WeightSubscriber:
             ray.get(self._ask, timeout=timeout)  # drop the stale in-flight answer
             self._ask = None
         self._fetch = None
+        if self._pull is not None:  # the client is busy until its fetch ends
+            try:
+                self._pull[0].result(timeout=timeout)
+            except (ConnectionError, OSError):
+                pass
+            self._pull = None
         deadline = time.monotonic() + timeout
         while True:
             answer = ray.get(self.store.latest.remote(self.version), timeout=timeout)
@@ -276,10 +419,21 @@ class WeightSubscriber:
                     raise RuntimeError("no policy weights were published before the worker started")
                 return
             version, groups, t_pub = answer
+            self._t_answer = time.time()
             try:
-                self._apply(version, groups, t_pub)
+                if isinstance(groups, dict):
+                    got_version, got = self._stream_client().fetch(groups["stream"], self.version)
+                    self._apply_stream(got_version, got, t_pub, time.time())
+                else:
+                    self._apply(version, groups, t_pub, time.time())
                 return
-            except ray.exceptions.ObjectLostError:
+            except (ray.exceptions.ObjectLostError, ConnectionError, OSError):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)  # a restarted learner is about to publish a complete version
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._client is not None:
+            self._client.close()

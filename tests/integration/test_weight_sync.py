@@ -33,7 +33,8 @@ def poll_until(sub, version, timeout=10.0):
         time.sleep(0.005)
 
 
-def test_chunked_changed_only_publication_reaches_a_subscriber(ray_runtime):
+@pytest.mark.parametrize("transport", ["tcp", "ray"])
+def test_chunked_changed_only_publication_reaches_a_subscriber(ray_runtime, transport):
     import ray
 
     store = ray.remote(WeightStore).remote()
@@ -41,12 +42,18 @@ def test_chunked_changed_only_publication_reaches_a_subscriber(ray_runtime):
     with torch.no_grad():
         for p in worker.parameters():
             p.zero_()
-    pub = WeightPublisher(store, changed_only=True, chunk_bytes=16_384)  # the 64x256 weight is split
+    params_before = [id(p) for p in worker.parameters()]
+    pub = WeightPublisher(store, changed_only=True, chunk_bytes=16_384, transport=transport)  # ray: 64x256 split
     pub.publish(learner.state_dict(), 0)
-    assert pub.last_stats["tensors"] == 4 and pub.last_stats["chunks"] > 2
+    assert pub.last_stats["tensors"] == 4
+    assert pub.last_stats["chunks"] > 2 if transport == "ray" else pub.last_stats["chunks"] == 0
     sub = WeightSubscriber(store, worker, min_interval_s=0.0)
     poll_until(sub, 0)
-    assert all(torch.equal(a, b) for a, b in zip(learner.state_dict().values(), worker.state_dict().values(), strict=True))
+    assert [id(p) for p in worker.parameters()] == params_before  # new values, the same Parameter objects
+    assert not worker[0].weight.requires_grad and worker[2].weight.requires_grad
+    assert all(
+        torch.equal(a, b) for a, b in zip(learner.state_dict().values(), worker.state_dict().values(), strict=True)
+    )
     with torch.no_grad():
         learner[2].weight.add_(1.0)  # a training step on the head only
     pub.publish(learner.state_dict(), 1)
@@ -64,6 +71,54 @@ def test_chunked_changed_only_publication_reaches_a_subscriber(ray_runtime):
     late_sub = WeightSubscriber(store, late)
     late_sub.sync()
     assert late_sub.version == 2 and torch.equal(late[2].weight, learner[2].weight)
+    with torch.no_grad():  # later versions keep arriving (tcp: into the buffers the swaps handed back)
+        for v in (3, 4, 5):
+            learner[2].weight.mul_(0.5)
+            pub.publish(learner, v)
+            poll_until(sub, v)
+            assert torch.equal(worker[2].weight, learner[2].weight) and torch.equal(worker[0].weight, learner[0].weight)
+    sub.close()
+    late_sub.close()
+    pub.close()
+
+
+def test_bf16_module_over_tcp(ray_runtime):
+    import ray
+
+    store = ray.remote(WeightStore).remote()
+    torch.manual_seed(1)
+    learner = torch.nn.Linear(32, 16, dtype=torch.bfloat16)
+    worker = torch.nn.Linear(32, 16, dtype=torch.bfloat16)
+    pub = WeightPublisher(store)
+    sub = WeightSubscriber(store, worker, min_interval_s=0.0)
+    for v in range(3):
+        with torch.no_grad():
+            learner.weight.add_(0.25)
+        pub.publish(learner, v)
+        poll_until(sub, v)
+        assert worker.weight.dtype == torch.bfloat16 and torch.equal(worker.weight, learner.weight)
+    pub.close()
+
+
+def test_a_restarted_publisher_is_found_again(ray_runtime):
+    """The learner's weight server dies with it; the worker's pull fails, it asks the
+    store again and gets the new learner's server (new port, new token)."""
+    import ray
+
+    store = ray.remote(WeightStore).remote()
+    learner = net()
+    pub = WeightPublisher(store)
+    pub.publish(learner, 0)
+    sub = WeightSubscriber(store, net(), min_interval_s=0.0)
+    sub.sync()
+    pub.close()  # gone, mid-run
+    with torch.no_grad():
+        learner[2].weight.add_(3.0)
+    pub2 = WeightPublisher(store)
+    pub2.publish(learner, 5)  # above the last version, everything sent again
+    poll_until(sub, 5)
+    assert torch.equal(sub.module[2].weight, learner[2].weight)
+    pub2.close()
 
 
 def test_a_worker_too_far_behind_waits_for_the_newest(ray_runtime):

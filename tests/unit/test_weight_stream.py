@@ -1,0 +1,79 @@
+"""The learner's weight server and a worker's client over real sockets: versions served
+consistently, pinned buffers never overwritten, strangers and malformed frames refused."""
+
+import socket
+import struct
+
+import pytest
+import torch
+
+from rlinf_user.runtime.weight_stream import WeightServer, WeightStreamClient
+
+
+@pytest.fixture
+def server():
+    s = WeightServer(bind_host="127.0.0.1", advertise_host="127.0.0.1")
+    yield s
+    s.close()
+
+
+def test_client_gets_only_tensors_newer_than_it_holds(server):
+    w, b, frozen = torch.randn(64, 32), torch.randn(32), torch.randn(8, 8)
+    server.stage(0, {"w": w, "b": b, "frozen": frozen})
+    client = WeightStreamClient()
+    version, got = client.fetch(server.endpoint(), -1)
+    assert version == 0 and set(got) == {"w", "b", "frozen"} and torch.equal(got["w"], w)
+    server.stage(1, {"w": w * 2})
+    version, got = client.fetch(server.endpoint(), 0)
+    assert version == 1 and set(got) == {"w"} and torch.equal(got["w"], w * 2)
+    assert client.fetch(server.endpoint(), 1) == (1, {})  # nothing newer
+    with pytest.raises(ValueError, match="not newer"):
+        server.stage(1, {"w": w})
+    client.close()
+
+
+def test_a_pinned_buffer_is_not_overwritten_by_later_versions(server):
+    server.stage(0, {"w": torch.ones(1000)})
+    reading = server._current["w"]
+    reading.pins += 1  # a worker is still receiving v0
+    server.stage(1, {"w": torch.full((1000,), 2.0)})
+    server.stage(2, {"w": torch.full((1000,), 3.0)})
+    assert (reading.data == 1).all() and len(server._pool["w"]) == 3
+    reading.pins -= 1
+    server.stage(3, {"w": torch.full((1000,), 4.0)})  # now reusable: no new buffer
+    assert len(server._pool["w"]) == 3
+    _, got = WeightStreamClient().fetch(server.endpoint(), -1)
+    assert (got["w"] == 4).all()
+
+
+def hung_up(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:  # closed with our bytes unread
+        return True
+    finally:
+        sock.close()
+
+
+def test_wrong_token_and_malformed_frames_are_refused(server):
+    server.stage(0, {"w": torch.ones(4)})
+    bad = dict(server.endpoint(), token="0" * 32)
+    with pytest.raises(ConnectionError, match="wrong token"):
+        WeightStreamClient().fetch(bad, -1)
+    raw = socket.create_connection((server.host, server.port), timeout=5)
+    raw.sendall(struct.pack("<I", 2**31) + b"x")  # an absurd length: the server hangs up
+    assert hung_up(raw)
+    raw = socket.create_connection((server.host, server.port), timeout=5)
+    raw.sendall(struct.pack("<I", 3) + b"{{{")
+    assert hung_up(raw)
+    version, got = WeightStreamClient().fetch(server.endpoint(), -1)  # still serving everyone else
+    assert version == 0 and torch.equal(got["w"], torch.ones(4))
+
+
+def test_a_server_gone_mid_run_raises_a_connection_error(server):
+    server.stage(0, {"w": torch.ones(4)})
+    client = WeightStreamClient(timeout_s=5)
+    client.fetch(server.endpoint(), -1)
+    server.close()
+    with pytest.raises((ConnectionError, OSError)):
+        client.fetch(server.endpoint(), 0)
