@@ -14,7 +14,7 @@ train: install
 test: install
 	bash scripts/install_robosuite_env.sh
 	bash scripts/install_lerobot_env.sh
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
+	bash scripts/run_tests.sh $(PYTEST_ARGS)
 
 bench: install
 	.venv/bin/python benchmarks/run_all.py

@@ -11,6 +11,9 @@ the control ticks available while the robot was not resetting, from the daemon's
 telemetry between the first collected step and the end of training.
 
     python benchmarks/bench_robot_training.py --seeds 0 1 2
+    # through an emulated long link (each direction 50 ms, 20 Mbit/s) at 8 Hz
+    python benchmarks/bench_robot_training.py --seeds 0 --hz 8 \
+        --link "{delay_ms: 50, jitter_ms: 2, mbit: 20}" --out benchmarks/results/reach_franky_sim_link.json
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integ
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def run_seed(seed: int, hz: float, target: float, max_steps: int, work: Path) -> dict:
+def run_seed(seed: int, hz: float, target: float, max_steps: int, work: Path, link: str | None = None) -> dict:
     import ray
     from edge_helpers import EdgeProcess, free_ports
     from edge_helpers import edge_telemetry as telemetry
@@ -51,7 +54,7 @@ def run_seed(seed: int, hz: float, target: float, max_steps: int, work: Path) ->
         cfg = compose_config(
             ["env.edge.host=127.0.0.1", f"env.edge.port={port}", f"seed={seed}",
              f"total_env_steps={max_steps}", f"target_success={target}", f"run_root={work}",
-             f"run_name=reach-s{seed}", "progress=false"],
+             f"run_name=reach-s{seed}", "progress=false", *([f"env.edge.link={link}"] if link else [])],
             robot="franka",
         )  # fmt: skip
         validate(cfg)
@@ -75,7 +78,8 @@ def run_seed(seed: int, hz: float, target: float, max_steps: int, work: Path) ->
         acted = end["acted_ticks"] - start["acted_ticks"]
         window = (end["uptime_s"] - start["uptime_s"]) - (end["reset_seconds"] - start["reset_seconds"])
         summary = trainer.summary
-        shutil.copy(run_dir / "eval" / "history.csv", RESULTS / f"reach_franky_sim_s{seed}_history.csv")
+        tag = "_link" if link else ""
+        shutil.copy(run_dir / "eval" / "history.csv", RESULTS / f"reach_franky_sim{tag}_s{seed}_history.csv")
         return {
             "seed": seed,
             "reached": summary["best_eval_success"] >= target,
@@ -101,13 +105,15 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--max-steps", type=int, default=8000)
     ap.add_argument("--out", default=str(RESULTS / "reach_franky_sim.json"))
+    ap.add_argument("--link", help="emulated edge link, e.g. '{delay_ms: 50, jitter_ms: 2, mbit: 20}' (each direction)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="reach-bench-"))
-    runs = [run_seed(s, args.hz, args.target, args.max_steps, work) for s in args.seeds]
+    runs = [run_seed(s, args.hz, args.target, args.max_steps, work, args.link) for s in args.seeds]
     reached = [r for r in runs if r["reached"]]
     result = {
         "task": "reach (goal box, 3 cm) on franky-sim through rlinf-user edge, SAC, state",
         "control_hz": args.hz,
+        "edge_link": args.link or "direct (loopback)",
         "target_success": args.target,
         "machine": describe(),
         "runs": runs,

@@ -17,8 +17,11 @@ def load_policy_from_checkpoint(path: str | Path, cfg, spec: dict[str, Any]):
 
     state = torch.load(path, map_location="cpu", weights_only=True)
     policy = build_policy(cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"])
-    model = state["agent"]["model"]
-    policy.load_state_dict({k[len("policy."):]: v for k, v in model.items() if k.startswith("policy.")})
+    if "policy" in state:  # best.pt: the evaluated policy alone
+        policy.load_state_dict(state["policy"])
+    else:  # a learner checkpoint: the policy inside the agent
+        model = state["agent"]["model"]
+        policy.load_state_dict({k[len("policy."):]: v for k, v in model.items() if k.startswith("policy.")})
     policy.eval()
     return policy, int(state.get("version", -1))
 

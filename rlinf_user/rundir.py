@@ -17,8 +17,9 @@ def default_run_name(cfg) -> str:
     return f"{stamp}-{where}-{cfg.algo.name}-s{cfg.seed}"
 
 
-def create_run_dir(cfg) -> Path:
-    """Make (or, on resume, reopen) the run directory and save the resolved config."""
+def create_run_dir(cfg, folders: tuple[str, ...] = ("checkpoints", "tb", "eval", "buffer")) -> Path:
+    """Make (or, on resume, reopen) the run directory with ``folders`` and save the
+    resolved config."""
     if cfg.resume:
         run_dir = Path(cfg.resume)
         if not (run_dir / "config.yaml").exists():
@@ -29,7 +30,7 @@ def create_run_dir(cfg) -> Path:
             raise FileExistsError(
                 f"{run_dir} already holds a run; pick another run_name or continue it with resume={run_dir}"
             )
-    for sub in ("checkpoints", "tb", "eval", "buffer"):
+    for sub in folders:
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     name = "config.resumed.yaml" if cfg.resume else "config.yaml"
     OmegaConf.save(cfg, run_dir / name, resolve=True)

@@ -20,7 +20,9 @@ def run_eval(args, console) -> int:
     if target.is_file():
         ckpt, run_dir = target, target.parent.parent
     else:
-        run_dir, ckpt = target, latest_checkpoint(target)
+        run_dir = target
+        best = target / "checkpoints" / "best.pt"
+        ckpt = best if args.checkpoint == "best" and best.exists() else latest_checkpoint(target)
         if ckpt is None:
             raise FileNotFoundError(f"{target}: no checkpoint found under checkpoints/")
     cfg_path = run_dir / "config.yaml"

@@ -47,7 +47,7 @@ def run_hg_dagger(args, console) -> int:
         from rlinf_user.robots.teleop.factory import open_teleop
 
         device = open_teleop(cfg.teleop)
-    run_dir = create_run_dir(cfg)
+    run_dir = create_run_dir(cfg, folders=())  # writes policy.pt, hg_dagger.json, episodes.csv
     attach_log_file(run_dir)
     console.print(f"run directory: [bold]{run_dir}[/]")
     torch.set_num_threads(1)

@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--video-episodes", type=int, default=3, help="episodes recorded to mp4 (default 3)")
     ev.add_argument("--out", help="where to write results (default <run>/eval/)")
     ev.add_argument("--member", help="the fleet member whose env to evaluate on (default: the first)")
+    ev.add_argument(
+        "--checkpoint", choices=["best", "latest"], default="best",
+        help="given a run: the policy of its best evaluation (default; the latest if none scored) or the latest",
+    )  # fmt: skip
     ev.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides on the run's config")
 
     edge = sub.add_parser(

@@ -102,10 +102,21 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("policy=cnn needs cameras: set env.cameras=[<camera>, ...]")
     if cfg.placement.weight_transport not in ("tcp", "ray"):
         raise ConfigError(f"placement.weight_transport={cfg.placement.weight_transport!r}: use tcp or ray")
+    if cfg.placement.get("weight_link") is not None:
+        from rlinf_user.netem import LinkSpec
+
+        if cfg.placement.weight_transport != "tcp":
+            raise ConfigError("placement.weight_link emulates the tcp weight transport's link: set weight_transport=tcp")
+        try:
+            LinkSpec.from_config(cfg.placement.weight_link)
+        except ValueError as err:
+            raise ConfigError(f"placement.weight_link: {err}") from None
     if not 0 <= int(cfg.placement.weight_port) <= 65535:
         raise ConfigError(f"placement.weight_port={cfg.placement.weight_port} is not a TCP port (0: any free port)")
     if cfg.placement.num_env_workers < 1 or cfg.placement.envs_per_worker < 1:
         raise ConfigError("placement.num_env_workers and placement.envs_per_worker must be >= 1")
+    if int(cfg.get("keep_checkpoints", 3)) < 0:
+        raise ConfigError("keep_checkpoints must be >= 0 (0 keeps every checkpoint)")
     if cfg.total_env_steps <= 0:
         raise ConfigError("total_env_steps must be > 0")
     from rlinf_user.env.registry import validate_env_config

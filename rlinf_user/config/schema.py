@@ -21,6 +21,9 @@ class EdgeConfig:
     heartbeat_s: float = 0.5
     hello_timeout_s: float = 10.0
     reconnect_s: float = 60.0  # keep retrying a lost daemon this long before failing
+    # Rehearse a long link: reach the daemon through an emulated one (each direction:
+    # {delay_ms, jitter_ms, mbit, queue_bytes}), e.g. {delay_ms: 50, mbit: 20}. None: direct.
+    link: Any = None
 
 
 @dataclass
@@ -118,6 +121,8 @@ class PlacementConfig:
     # port; workers pull directly) or ray (through Ray's object store, Ray's ports only).
     weight_transport: str = "tcp"
     weight_port: int = 0
+    # tcp: workers pull through an emulated link ({delay_ms, jitter_ms, mbit}; tests, rehearsals)
+    weight_link: Any = None
     rollout_device: str = "cpu"
     torch_threads: int = 1
 
@@ -144,6 +149,10 @@ class BufferConfig:
     capacity: int = 1_000_000
     persist: bool = True  # append every transition chunk to disk as it arrives
     chunk_steps: int = 50  # env steps an env worker batches before sending
+    # The log keeps what a restart needs (`capacity` transitions; older segments are
+    # deleted, so disk stays bounded) unless keep_full_log=true (every transition ever).
+    keep_full_log: bool = False
+    segment_mb: float = 256.0
 
 
 @dataclass
@@ -230,6 +239,7 @@ class RunConfig:
     eval_every_steps: int = 5_000
     eval_episodes: int = 20
     checkpoint_every_steps: int = 10_000
+    keep_checkpoints: int = 3  # the newest N learner checkpoints stay (plus best.pt); 0: all
     publish_every_updates: int = 50
     run_root: str = "runs"
     run_name: str | None = None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlinf_user.data.record_log import RecordLog
+from rlinf_user.data.record_log import SEGMENT_BYTES, RecordLog
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +47,23 @@ def validate_chunk(chunk: dict[str, np.ndarray], schema: dict[str, tuple] | None
 
 
 class ReplayBuffer:
-    def __init__(self, capacity: int, directory: str | Path | None = None, fsync: bool = True):
+    def __init__(
+        self, capacity: int, directory: str | Path | None = None, fsync: bool = True, keep_full_log: bool = False,
+        segment_bytes: int = SEGMENT_BYTES,
+    ):  # fmt: skip
+        """``directory``: the on-disk log. It keeps what a restart needs to refill the
+        buffer (its capacity's worth; older segments are deleted) unless ``keep_full_log``."""
         self.capacity = int(capacity)
         self.storage: dict[str, np.ndarray] = {}
         self.schema: dict[str, tuple] | None = None
         self.size = 0
         self.cursor = 0
         self.total_added = 0
-        self.log = RecordLog(directory, fsync=fsync) if directory is not None else None
+        self.log = (
+            RecordLog(directory, fsync=fsync, segment_bytes=segment_bytes, keep_rows=None if keep_full_log else self.capacity)
+            if directory is not None
+            else None
+        )
 
     def restore(self) -> int:
         """Reload every intact chunk from the on-disk log; returns transitions restored."""

@@ -25,6 +25,7 @@ from rlinf_user.edge.protocol import Message
 from rlinf_user.env.base import ContractEnv
 from rlinf_user.env.contract import ActionSpec, make_observation
 from rlinf_user.env.tasks import make_task
+from rlinf_user.netem import EmulatedLink, LinkSpec
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class RemoteRobotEnv(ContractEnv):
         self.home_every = max(1, int(task_options.pop("home_every", 1)))
         self._resets = 0
         self.reconnect_s = reconnect_s
+        self.link: EmulatedLink | None = None  # an emulated long link to the daemon, if configured
         self.max_episode_steps = int(max_episode_steps)
         self._rng = np.random.default_rng(seed)
         try:
@@ -93,19 +95,28 @@ class RemoteRobotEnv(ContractEnv):
         edge = cfg.edge
         if edge is None:
             raise ValueError("a robot env needs env.edge (host, port)")
+        host, port, link = edge.host, int(edge.port), None
+        spec = LinkSpec.from_config(edge.get("link"))
+        if spec is not None:  # through an emulated long link living in this process
+            link = EmulatedLink(host, port, spec)
+            host, port = link.host, link.port
         client = EdgeClient(
-            edge.host, int(edge.port),
+            host, port,
             server_public_key=edge.server_public_key, client_secret_key=edge.client_secret_key,
             timeout_s=float(edge.timeout_s), heartbeat_s=float(edge.heartbeat_s),
         )  # fmt: skip
-        return cls(client, cfg.task, dict(cfg.kwargs or {}), list(cfg.cameras),
-                   cfg.max_episode_steps, seed, float(edge.hello_timeout_s),
-                   float(edge.reconnect_s))  # fmt: skip
+        env = cls(client, cfg.task, dict(cfg.kwargs or {}), list(cfg.cameras),
+                  cfg.max_episode_steps, seed, float(edge.hello_timeout_s),
+                  float(edge.reconnect_s))  # fmt: skip
+        env.link = link
+        return env
 
     @classmethod
     def validate_config(cls, env_cfg) -> None:
         if env_cfg.task not in ("reach", "edge"):
             raise ValueError(f"robot task {env_cfg.task!r} unknown; available: reach, edge")
+        if env_cfg.edge is not None:
+            LinkSpec.from_config(env_cfg.edge.get("link"))  # names a bad key or value before anything starts
 
     # -- contract ------------------------------------------------------------------
     def _obs(self, msg: Message) -> dict[str, Any]:
@@ -183,3 +194,5 @@ class RemoteRobotEnv(ContractEnv):
 
     def close(self):
         self.client.close()
+        if self.link is not None:
+            self.link.close()

@@ -130,8 +130,13 @@ class EnvWorker:
         )
         self.policy.eval()
         if self.weight_store is not None:
+            from rlinf_user.netem import LinkSpec
+
             lag = self.cfg.placement.get("max_policy_lag")
-            self.weights = WeightSubscriber(self.weight_store, self.policy, max_lag=None if lag is None else int(lag))
+            link = LinkSpec.from_config(self.cfg.placement.get("weight_link"))
+            self.weights = WeightSubscriber(
+                self.weight_store, self.policy, max_lag=None if lag is None else int(lag), link=link
+            )
         if sink is not None:
             self.sink = sink
         return self.identity()
@@ -287,8 +292,12 @@ class EnvWorker:
         self.sink_alive = True
         self._send()
 
-    def evaluate(self, num_episodes: int, record_video: bool = False) -> dict[str, Any]:
-        """Deterministic-policy episodes (on this worker's own envs) with the latest weights."""
+    def evaluate(
+        self, num_episodes: int, record_video: bool = False, weights_above: float | None = None
+    ) -> dict[str, Any]:
+        """Deterministic-policy episodes (on this worker's own envs) with the latest weights.
+        With ``weights_above``: a success rate above it returns the evaluated weights too
+        (``policy_state``), so the run can keep exactly the policy that scored it."""
         if self.weights is not None:
             self.weights.sync()
         results, frames = [], []
@@ -313,13 +322,16 @@ class EnvWorker:
         self.episode_return[:], self.episode_len[:], self.episode_interventions[:] = 0, 0, 0
         if self.supervisor is not None:
             self.supervisor.begin_episode()
-        return {
+        out = {
             "success_rate": float(np.mean([r["success"] for r in results])),
             "mean_return": float(np.mean([r["return"] for r in results])),
             "episodes": len(results),
             "policy_version": self.weights.version if self.weights is not None else -1,
             "frames": [f for f in frames if f is not None] if record_video else [],
         }
+        if weights_above is not None and out["success_rate"] > weights_above:
+            out["policy_state"] = {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+        return out
 
     def close(self) -> None:
         import ray

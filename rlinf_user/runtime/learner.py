@@ -72,6 +72,8 @@ class Learner:
                 seed=cfg.seed,
                 cameras=list(spec["cameras"]),
                 interventions_as_demos=interventions_as_demos(cfg),
+                keep_full_log=bool(cfg.buffer.get("keep_full_log", False)),
+                segment_mb=float(cfg.buffer.get("segment_mb", 256.0)),
             )
         else:
             self.remote_replay = replay
@@ -213,6 +215,11 @@ class Learner:
             tmp_latest = ckpt_dir / "latest.tmp"
             tmp_latest.write_text(path.name)
             os.replace(tmp_latest, latest)
+        keep = int(self.cfg.get("keep_checkpoints", 3))
+        if keep > 0:  # disk stays bounded on a long run
+            for old in sorted(ckpt_dir.glob("ckpt-*.pt"))[:-keep]:
+                if old != path:
+                    old.unlink(missing_ok=True)
         return str(path)
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:

@@ -39,8 +39,12 @@ class ReplayService:
         seed: int = 0,
         cameras: list[str] | None = None,
         interventions_as_demos: bool = False,
+        keep_full_log: bool = False,
+        segment_mb: float = 256.0,
     ):
-        self.buffer = ReplayBuffer(capacity, directory)
+        self.buffer = ReplayBuffer(
+            capacity, directory, keep_full_log=keep_full_log, segment_bytes=int(segment_mb * 2**20)
+        )
         self.restored = self.buffer.restore()
         self.demos: ReplayBuffer | None = None
         if demo_path:
@@ -55,8 +59,15 @@ class ReplayService:
     def add(self, chunk: dict[str, np.ndarray]) -> int:
         with self.lock:
             try:
+                flags = self.buffer.storage.get("intervention")
+                n = len(chunk["reward"]) if "reward" in chunk else 0
+                # the flagged positions change only if this chunk has flags or overwrites some
+                overwrites = flags is not None and bool(
+                    flags[(self.buffer.cursor + np.arange(n)) % self.buffer.capacity].any()
+                )
                 n = self.buffer.add(chunk)
-                self._iv_index = None
+                if flags is None or overwrites or bool(np.any(chunk.get("intervention", False))):
+                    self._iv_index = None
                 return n
             except TransitionError as err:
                 self.rejected += 1
@@ -126,6 +137,11 @@ class ReplayService:
     def size(self) -> int:
         return self.buffer.size
 
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
     def where(self) -> dict[str, Any]:
         import ray
 
@@ -142,6 +158,11 @@ class ReplayService:
             if "intervention" in self.buffer.storage
             else 0,
             "intervention_samples": self.intervention_samples,
+            **(
+                {"log_bytes": self.buffer.log.size_bytes(), "log_deleted_segments": self.buffer.log.deleted_segments}
+                if self.buffer.log is not None
+                else {}
+            ),
         }
 
     def close(self) -> None:

@@ -91,6 +91,14 @@ class Trainer:
         self.on_progress = on_progress or (lambda p: None)
         self.progress = Progress()
         self._tb = None
+        self.best: dict[str, Any] | None = None
+        best = self.run_dir / "checkpoints" / "best.pt"
+        if best.exists():  # a resumed run: only a better evaluation replaces it
+            import torch
+
+            state = torch.load(best, map_location="cpu", weights_only=True)
+            self.progress.best_eval_success = float(state["eval_success"])
+            self.best = {"checkpoint": str(best), "policy_version": int(state["version"]), "eval_success": float(state["eval_success"])}
 
     # -- set-up -----------------------------------------------------------------------------
     def _start(self) -> None:
@@ -137,6 +145,8 @@ class Trainer:
                     cfg.seed,
                     list(self.spec["cameras"]),
                     interventions_as_demos(cfg),
+                    bool(cfg.buffer.get("keep_full_log", False)),
+                    float(cfg.buffer.get("segment_mb", 256.0)),
                 )
             )
         self._learner_cls = ray.remote(Learner)
@@ -257,7 +267,7 @@ class Trainer:
             p.wall = time.monotonic() - t_start
             if eval_call is None and p.env_steps >= next_eval and self.eval_worker is not None:
                 next_eval += cfg.eval_every_steps
-                eval_call = self.eval_worker.evaluate.remote(cfg.eval_episodes)
+                eval_call = self.eval_worker.evaluate.remote(cfg.eval_episodes, False, p.best_eval_success)
             if p.env_steps >= next_ckpt:
                 next_ckpt += cfg.checkpoint_every_steps
                 self.learner.save_checkpoint.remote(p.env_steps)
@@ -303,6 +313,7 @@ class Trainer:
             "final_eval_success": final["success_rate"],
             "best_eval_success": p.best_eval_success,
             "checkpoint": ckpt,
+            "best": self.best,
             "worker_restarts": p.worker_restarts,
             "learner_restarts": p.learner_restarts,
             "members": self.member_stats(),
@@ -424,6 +435,8 @@ class Trainer:
     def _record_eval(self, result: dict[str, Any], wall: float) -> None:
         p = self.progress
         p.eval_success = result["success_rate"]
+        if "policy_state" in result and p.eval_success > p.best_eval_success:
+            self._save_best(result, p.env_steps)
         p.best_eval_success = max(p.best_eval_success, p.eval_success)
         row = {
             "env_steps": p.env_steps,
@@ -444,6 +457,24 @@ class Trainer:
         self._scalars({"success_rate": row["success_rate"], "mean_return": row["mean_return"]}, "eval")
         log.info("eval @ %d steps (%.0fs, v%d): success %.2f", p.env_steps, wall, row["policy_version"], p.eval_success)
 
+    def _save_best(self, result: dict[str, Any], env_steps: int) -> None:
+        """The weights that scored the best evaluation so far, exactly as evaluated
+        (``checkpoints/best.pt``; ``rlinf-user eval RUN`` takes it): the latest policy can
+        be worse than one it replaced."""
+        import torch
+
+        path = self.run_dir / "checkpoints" / "best.pt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        state = {
+            "policy": result["policy_state"], "version": int(result["policy_version"]), "env_steps": int(env_steps),
+            "spec": self.spec, "eval_success": float(result["success_rate"]), "eval_episodes": int(result["episodes"]),
+        }  # fmt: skip
+        torch.save(state, tmp)
+        os.replace(tmp, path)  # atomic
+        self.best = {"checkpoint": str(path), "policy_version": state["version"], "eval_success": state["eval_success"]}
+        log.info("new best policy v%d (evaluation success %.2f) -> %s", state["version"], state["eval_success"], path)
+
     def _final_eval(self, wall: float) -> dict[str, Any]:
         import ray
 
@@ -452,7 +483,7 @@ class Trainer:
             log.warning("no final evaluation: member %s has no running worker", self.members[0].name)
             return {"success_rate": None}
         try:
-            result = ray.get(worker.evaluate.remote(self.cfg.eval_episodes))
+            result = ray.get(worker.evaluate.remote(self.cfg.eval_episodes, False, self.progress.best_eval_success))
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
             log.error("the final evaluation failed: %s", _root_cause(err))
             return {"success_rate": None}

@@ -232,8 +232,12 @@ class WeightStreamClient:
     ``fetch`` (run it on a background thread) returns ``(version, {name: tensor})``;
     the tensors are this client's receive buffers, valid until the next ``fetch``."""
 
-    def __init__(self, timeout_s: float = 60.0):
+    def __init__(self, timeout_s: float = 60.0, link=None):
+        """``link`` (:class:`rlinf_user.netem.LinkSpec`): reach the server through an
+        emulated link (tests, rehearsing a slow network)."""
         self.timeout_s = timeout_s
+        self.link_spec = link
+        self._link = None
         self._sock: socket.socket | None = None
         self._ep: tuple | None = None
         self.buffers: dict[str, torch.Tensor] = {}
@@ -243,7 +247,13 @@ class WeightStreamClient:
         if self._sock is not None and self._ep == key:
             return self._sock
         self.close()
-        sock = socket.create_connection((ep["host"], int(ep["port"])), timeout=self.timeout_s)
+        host, port = ep["host"], int(ep["port"])
+        if self.link_spec is not None:
+            from rlinf_user.netem import EmulatedLink
+
+            self._link = EmulatedLink(host, port, self.link_spec)
+            host, port = self._link.host, self._link.port
+        sock = socket.create_connection((host, port), timeout=self.timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         _send_frame(sock, {"token": ep["token"]})
         self._sock, self._ep = sock, key
@@ -283,7 +293,9 @@ class WeightStreamClient:
                 self._sock.close()
             except OSError:
                 pass
-        self._sock, self._ep = None, None
+        if self._link is not None:
+            self._link.close()
+        self._sock, self._ep, self._link = None, None, None
 
 
 def _node_address() -> str:

@@ -205,7 +205,7 @@ class WeightPublisher:
         for k, t in state.items():
             if not self.changed_only or k not in self._sent or k in trainable:
                 changed[k] = t
-            elif k in by_value and not np.array_equal(values[k], self._last[k]):
+            elif k in by_value and (k not in self._last or not np.array_equal(values[k], self._last[k])):
                 changed[k] = t
         if self.transport == "tcp":
             if self._server is None:
@@ -241,8 +241,13 @@ class WeightPublisher:
 class WeightSubscriber:
     """Worker side: polls the store without blocking and applies new weights between steps."""
 
-    def __init__(self, store, module: torch.nn.Module, min_interval_s: float = 0.05, max_lag: int | None = None):
+    def __init__(
+        self, store, module: torch.nn.Module, min_interval_s: float = 0.05, max_lag: int | None = None, link=None
+    ):
+        """``link`` (:class:`rlinf_user.netem.LinkSpec`, tcp transport): pull through an
+        emulated link."""
         self.store = store
+        self.link = link
         self.min_interval_s = min_interval_s
         self.max_lag = max_lag
         self._last_ask = 0.0
@@ -330,7 +335,7 @@ class WeightSubscriber:
         if self._client is None:
             from rlinf_user.runtime.weight_stream import WeightStreamClient
 
-            self._client = WeightStreamClient()
+            self._client = WeightStreamClient(link=self.link)
         return self._client
 
     def _bound(self) -> bool:

@@ -69,7 +69,7 @@ def test_train_then_eval_writes_results_and_video(tmp_path):
     run_dir = tmp_path / "cli"
     for p in ("config.yaml", "train.log", "checkpoints/latest", "eval/summary.json", "eval/history.csv"):
         assert (run_dir / p).exists(), p
-    r = run("eval", str(run_dir), "--episodes", "2", "--video-episodes", "1")
+    r = run("eval", str(run_dir), "--episodes", "2", "--video-episodes", "1", "--checkpoint", "latest")
     assert r.returncode == 0, r.stderr[-3000:]
     results = list((run_dir / "eval").glob("eval-ckpt-*.json"))
     assert len(results) == 1
@@ -77,6 +77,16 @@ def test_train_then_eval_writes_results_and_video(tmp_path):
     assert data["episodes"] == 2 and 0.0 <= data["success_rate"] <= 1.0
     video = Path(data["video"])
     assert video.exists() and video.stat().st_size > 1000
+    # given a run, eval takes the policy of its best evaluation (best.pt) when there is one
+    import torch
+
+    latest = torch.load(run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text(), weights_only=True)
+    policy = {k[len("policy."):]: v for k, v in latest["agent"]["model"].items() if k.startswith("policy.")}
+    torch.save({"policy": policy, "version": 12345, "env_steps": 300, "spec": latest["spec"], "eval_success": 0.5,
+                "eval_episodes": 2}, run_dir / "checkpoints" / "best.pt")  # fmt: skip
+    r = run("eval", str(run_dir), "--episodes", "1", "--video-episodes", "0")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((run_dir / "eval" / "eval-best.json").read_text())["policy_version"] == 12345
     # the same run directory cannot be started twice by accident
     r = run("train", "--sim", "maniskill", f"run_root={tmp_path}", "run_name=cli", "progress=false")
     assert r.returncode == 2 and "resume=" in r.stderr

@@ -27,7 +27,7 @@ def test_sac_learns_pushcube(tmp_path):
             "env.task=PushCube-v1",
             "seed=1",
             "total_env_steps=90000",
-            "target_success=0.9",
+            f"target_success={SUCCESS_THRESHOLD}",  # stop as soon as the stated rate is met
             "eval_every_steps=5000",
             "eval_episodes=20",
             "algo.learning_starts=2000",
@@ -49,3 +49,16 @@ def test_sac_learns_pushcube(tmp_path):
     summary = json.loads((run_dir / "eval" / "summary.json").read_text())
     print("PushCube learning:", json.dumps(progress.history))
     assert summary["best_eval_success"] >= SUCCESS_THRESHOLD, progress.history
+    # the run kept the policy of its best evaluation, exactly: evaluated again on the same
+    # episode seeds it scores what it scored then (the latest policy may have moved on)
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.evaluation import checkpoint_spec, evaluate_policy, load_policy_from_checkpoint
+
+    best = run_dir / "checkpoints" / "best.pt"
+    assert summary["best"]["checkpoint"] == str(best) and summary["best"]["eval_success"] == summary["best_eval_success"]
+    policy, version = load_policy_from_checkpoint(best, cfg, checkpoint_spec(best))
+    assert version == summary["best"]["policy_version"]
+    env = make_env(cfg.env, seed=cfg.seed)
+    again = evaluate_policy(env, policy, cfg.eval_episodes)
+    env.close()
+    assert abs(again["success_rate"] - summary["best_eval_success"]) <= 0.1, (again, summary["best"])

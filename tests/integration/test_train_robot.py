@@ -30,7 +30,9 @@ HZ = 10.0
 
 
 @pytest.mark.slow
-def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path):
+@pytest.mark.wallclock
+@pytest.mark.parametrize("link", [None, "{delay_ms: 50, jitter_ms: 5, mbit: 20}"], ids=["direct", "50ms-20mbit"])
+def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path, link):
     import ray
 
     port = free_ports(2)
@@ -44,6 +46,7 @@ def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path):
             [
                 "env.edge.host=127.0.0.1", f"env.edge.port={port}", "seed=0",
                 "total_env_steps=6000", f"target_success={TARGET}", f"run_root={tmp_path}", "run_name=reach", "progress=false",
+                *([f"env.edge.link={link}"] if link else []),
             ],
             robot="franka",
         )  # fmt: skip

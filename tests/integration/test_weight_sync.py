@@ -140,3 +140,30 @@ def test_a_worker_too_far_behind_waits_for_the_newest(ray_runtime):
         sub.poll()
     assert sub.version == 3 and torch.equal(sub.module[2].bias, learner[2].bias)
     assert ray.get(store.current_version.remote()) == 3
+
+
+def test_weights_pulled_through_an_emulated_slow_link(ray_runtime):
+    """placement.weight_link: the worker's pull crosses a 25 ms / 8 Mbit/s link."""
+    import ray
+
+    from rlinf_user.netem import LinkSpec
+
+    store = ray.remote(WeightStore).remote()
+    learner = net()  # 70 kB of float32: about 70 ms at 8 Mbit/s
+    pub = WeightPublisher(store)
+    pub.publish(learner, 0)
+    fast = WeightSubscriber(store, net(), min_interval_s=0.0)
+    slow = WeightSubscriber(store, net(), min_interval_s=0.0, link=LinkSpec(delay_ms=25, mbit=8))
+    for v in (1, 2, 3):
+        with torch.no_grad():
+            learner[2].weight.add_(1.0)
+            learner[0].weight.add_(1.0)
+        pub.publish(learner.state_dict(), v)  # a bare state dict is compared by value: both layers go
+        poll_until(fast, v)
+        poll_until(slow, v)
+        assert torch.equal(slow.module[0].weight, learner[0].weight)
+        assert slow.last_timing["fetched"] - slow.last_timing["answered"] >= 0.05 + 0.07  # 2 x 25 ms + bytes
+        assert fast.last_timing["fetched"] - fast.last_timing["answered"] < 0.05
+    for s in (fast, slow):
+        s.close()
+    pub.close()

@@ -137,3 +137,39 @@ def test_without_interventions_or_demos_the_batch_is_all_online():
     svc.add(chunk(20))  # nobody intervened yet
     batch = svc.sample(batch_size=8, num_batches=2, demo_ratio=0.5)
     assert batch["reward"].shape == (2, 8) and svc.stats()["intervention_samples"] == 0
+
+
+def test_log_keeps_a_capacity_worth_and_deletes_older_segments(tmp_path):
+    rb = ReplayBuffer(100, tmp_path, segment_bytes=4096)  # a few chunks per segment
+    for i in range(60):
+        rb.add(chunk(10, 10 * i))  # 600 transitions through a 100-slot buffer
+    log = rb.log
+    assert log.deleted_segments > 0
+    rows = sum(log._rows[s.name] for s in log.segments())
+    assert 100 <= rows < 100 + 3 * 40  # a capacity's worth plus at most about a segment
+    rb.close()
+    again = ReplayBuffer(100, tmp_path, segment_bytes=4096)
+    assert again.restore() == rows and again.size == 100
+    newest = set(again.storage["reward"].astype(int))
+    assert newest == set(range(500, 600))  # the restart refilled it with the newest 100
+    full = ReplayBuffer(100, tmp_path / "all", segment_bytes=4096, keep_full_log=True)
+    for i in range(60):
+        full.add(chunk(10, 10 * i))
+    assert full.log.deleted_segments == 0 and sum(1 for _ in full.log.read_all()) == 60
+
+
+def test_intervention_pool_follows_the_ring_as_flags_are_overwritten():
+    svc = ReplayService(40, None, interventions_as_demos=True, seed=0)
+    flagged = chunk(10, 0)
+    flagged["intervention"][:] = True
+    svc.add(flagged)
+    svc.add(chunk(10, 10))
+    assert list(svc._interventions()) == list(range(10))
+    svc.add(chunk(10, 20))  # no flags added or overwritten: the cached index stays
+    cached = svc._interventions()
+    svc.add(chunk(10, 30))
+    assert svc._interventions() is cached
+    svc.add(chunk(10, 40))  # wraps onto the flagged positions 0..9
+    assert len(svc._interventions()) == 0
+    batch = svc.sample(8, 1, demo_ratio=0.5)  # no pool left: all online
+    assert batch["reward"].shape == (1, 8) and svc.intervention_samples == 0

@@ -1,0 +1,77 @@
+"""A long run, scaled down: memory and disk stay bounded and the buffer on disk stays
+readable while it is written (the full-length version is ``benchmarks/bench_soak.py``).
+
+The buffer holds 800 transitions and the run collects 5x that: the replay log deletes
+segments it no longer needs, old checkpoints go, and the processes' resident memory
+stops growing once the buffer is full."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mani_skill")
+
+from rlinf_user.config.compose import compose_config, validate  # noqa: E402
+from rlinf_user.data.record_log import RecordLog  # noqa: E402
+from rlinf_user.data.replay import ReplayBuffer  # noqa: E402
+from rlinf_user.rundir import create_run_dir  # noqa: E402
+from rlinf_user.runtime.resources import dir_bytes, rss_bytes  # noqa: E402
+from rlinf_user.runtime.trainer import Trainer  # noqa: E402
+
+CAPACITY = 800
+STEPS = 4000
+
+
+@pytest.mark.slow
+def test_long_run_stays_bounded_and_its_buffer_readable(tmp_path):
+    import ray
+
+    cfg = compose_config(
+        [
+            "env.task=PushCube-v1", f"total_env_steps={STEPS}", "algo.learning_starts=300", "algo.batch_size=64",
+            "policy.hidden=[64,64]", "publish_every_updates=10", f"buffer.capacity={CAPACITY}", "buffer.chunk_steps=25",
+            "buffer.segment_mb=0.03", "checkpoint_every_steps=400", "keep_checkpoints=2", "eval_every_steps=1000",
+            "eval_episodes=2", f"run_root={tmp_path}", "run_name=soak", "progress=false",
+        ],
+        sim="maniskill",
+    )  # fmt: skip
+    validate(cfg)
+    run_dir = create_run_dir(cfg)
+    trainer = Trainer(cfg, run_dir)
+    samples: list[dict] = []
+    pids: dict[str, int] = {}
+
+    def sample(p) -> None:
+        if not pids:
+            pids.update(learner=ray.get(trainer.learner.pid.remote()), env=ray.get(trainer.pool.slots[0].actor.pid.remote()))
+        records = sum(1 for _ in RecordLog(run_dir / "buffer").read_all(repair=False))  # read while it is written
+        samples.append({
+            "steps": p.env_steps, "buffer_bytes": dir_bytes(run_dir / "buffer"), "records": records,
+            "checkpoints": len(list((run_dir / "checkpoints").glob("ckpt-*.pt"))),
+            **{f"rss_{k}": rss_bytes(v) for k, v in pids.items()},
+        })  # fmt: skip
+
+    trainer.on_progress = sample
+    try:
+        progress = trainer.run()
+    finally:
+        trainer.close()
+        ray.shutdown()
+    assert progress.env_steps >= STEPS and progress.worker_restarts == 0
+    full = [s for s in samples if s["steps"] >= 2 * CAPACITY]
+    early = [s for s in samples if 2 * CAPACITY <= s["steps"] < 3 * CAPACITY]
+    late = [s for s in samples if s["steps"] >= 4 * CAPACITY]
+    assert early and late, [s["steps"] for s in samples]
+    # disk: the log stops growing once it holds a capacity's worth (a linear log would more than double)
+    assert max(s["buffer_bytes"] for s in late) <= 1.3 * max(s["buffer_bytes"] for s in early)
+    assert all(s["records"] > 0 for s in full) and all(s["checkpoints"] <= 2 for s in samples)
+    # memory: no growth once the buffer is full (allowance for allocator noise)
+    for role in pids:
+        grown = max(s[f"rss_{role}"] for s in late) - float(np.median([s[f"rss_{role}"] for s in early]))
+        assert grown < 24 * 2**20, (role, grown)  # measured: about 2 MB over 3000 steps
+    # the log on disk restores a full buffer of the newest transitions
+    again = ReplayBuffer(CAPACITY, run_dir / "buffer")
+    assert again.restore() >= CAPACITY and again.size == CAPACITY
+    ckpts = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert len([c for c in ckpts if c.startswith("ckpt-")]) == 2 and "latest" in ckpts
