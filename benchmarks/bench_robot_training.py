@@ -11,8 +11,8 @@ the control ticks available while the robot was not resetting, from the daemon's
 telemetry between the first collected step and the end of training.
 
     python benchmarks/bench_robot_training.py --seeds 0 1 2
-    # through an emulated long link (each direction 50 ms, 20 Mbit/s) at 8 Hz
-    python benchmarks/bench_robot_training.py --seeds 0 --hz 8 \
+    # through an emulated long link (each direction 50 ms, 20 Mbit/s)
+    python benchmarks/bench_robot_training.py --seeds 0 \
         --link "{delay_ms: 50, jitter_ms: 2, mbit: 20}" --out benchmarks/results/reach_franky_sim_link.json
 """
 

@@ -26,6 +26,10 @@ from machine import describe
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def _mib(n: int | None) -> float:
+    return round((n or 0) / 2**20, 2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=30.0)
@@ -36,10 +40,9 @@ def main() -> None:
     import ray
 
     from rlinf_user.config.compose import compose_config, validate
-    from rlinf_user.data.record_log import RecordLog
     from rlinf_user.data.replay import ReplayBuffer
     from rlinf_user.rundir import create_run_dir
-    from rlinf_user.runtime.resources import dir_bytes, rss_bytes
+    from rlinf_user.runtime.resources import run_snapshot
     from rlinf_user.runtime.trainer import Trainer
 
     work = Path(tempfile.mkdtemp(prefix="soak-"))
@@ -68,14 +71,12 @@ def main() -> None:
         last[0] = now
         if not pids:
             pids.update(learner=ray.get(trainer.learner.pid.remote()), env=ray.get(trainer.pool.slots[0].actor.pid.remote()))
-        r0 = time.perf_counter()
-        records = sum(1 for _ in RecordLog(run_dir / "buffer").read_all(repair=False))
+        snap = run_snapshot(run_dir, pids)
         samples.append({
             "minutes": round((now - t0) / 60, 2), "env_steps": p.env_steps, "updates": p.updates,
-            "buffer_log_mib": round(dir_bytes(run_dir / "buffer") / 2**20, 2),
-            "run_dir_mib": round(dir_bytes(run_dir) / 2**20, 2),
-            "log_records_read": records, "log_read_s": round(time.perf_counter() - r0, 3),
-            **{f"rss_{k}_mib": round((rss_bytes(v) or 0) / 2**20, 1) for k, v in pids.items()},
+            "buffer_mib": _mib(snap["buffer_bytes"]), "run_dir_mib": _mib(snap["run_dir_bytes"]),
+            "log_records": snap["log_records"], "log_read_s": snap["log_read_s"], "checkpoints": snap["checkpoints"],
+            **{f"{k}_mib": _mib(snap[k]) for k in ("rss_learner", "rss_env")},
         })  # fmt: skip
         print(samples[-1], flush=True)
 
@@ -95,7 +96,7 @@ def main() -> None:
         a, b = full[0], full[-1]
         hours = max(1e-9, (b["minutes"] - a["minutes"]) / 60)
         vals = [s[key] for s in full]
-        return {"first": a[key], "last": b[key], "max": max(vals), "median": float(np.median(vals)),
+        return {"first": a[key], "last": b[key], "max": max(vals), "median": round(float(np.median(vals)), 3),
                 "growth_per_hour": round((b[key] - a[key]) / hours, 2)}  # fmt: skip
 
     out = {
@@ -105,7 +106,7 @@ def main() -> None:
         "env_steps": progress.env_steps, "updates": progress.updates,
         "buffer_wraps": round(progress.env_steps / args.capacity, 1),
         "restored_after": restored, "restored_buffer_full": again.size == args.capacity,
-        "after_buffer_full": {k: growth(k) for k in ("rss_learner_mib", "rss_env_mib", "buffer_log_mib", "run_dir_mib",
+        "after_buffer_full": {k: growth(k) for k in ("rss_learner_mib", "rss_env_mib", "buffer_mib", "run_dir_mib",
                                                      "log_read_s")},  # fmt: skip
         "samples": samples,
         "date": time.strftime("%Y-%m-%d"),

@@ -51,7 +51,7 @@ def run_hg_dagger(args, console) -> int:
     attach_log_file(run_dir)
     console.print(f"run directory: [bold]{run_dir}[/]")
     torch.set_num_threads(1)
-    writer = human = env = None
+    writer = human = env = sub = None
     started_ray = False
     try:
         from rlinf_user.data.lerobot_reader import LeRobotReader
@@ -112,6 +112,8 @@ def run_hg_dagger(args, console) -> int:
         state = ray.get(learner.state_dict.remote())
         torch.save(state, run_dir / "policy.pt")
     finally:
+        if sub is not None:
+            sub.close()
         if device is not None:
             device.close()
         if writer is not None:

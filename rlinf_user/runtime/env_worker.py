@@ -340,4 +340,6 @@ class EnvWorker:
             ray.wait([ref for ref, _ in self.inflight], num_returns=len(self.inflight), timeout=10)
         if self.supervisor is not None:
             self.supervisor.close()
+        if self.weights is not None:
+            self.weights.close()
         self.envs.close()

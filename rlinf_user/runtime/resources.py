@@ -30,3 +30,22 @@ def dir_bytes(path: str | os.PathLike) -> int:
         except FileNotFoundError:  # deleted while we walked (a retired log segment)
             pass
     return total
+
+
+def run_snapshot(run_dir: str | os.PathLike, pids: dict[str, int]) -> dict:
+    """One sample of a run's footprint: bytes of its replay log and whole folder, learner
+    checkpoints kept, records readable from the log right now (it may be mid-append), the
+    seconds that read took, and each named process's resident memory."""
+    import time
+
+    from rlinf_user.data.record_log import RecordLog
+
+    run_dir = Path(run_dir)
+    t0 = time.perf_counter()
+    records = sum(1 for _ in RecordLog(run_dir / "buffer").read_all(repair=False))
+    return {
+        "buffer_bytes": dir_bytes(run_dir / "buffer"), "run_dir_bytes": dir_bytes(run_dir),
+        "checkpoints": len(list((run_dir / "checkpoints").glob("ckpt-*.pt"))),
+        "log_records": records, "log_read_s": round(time.perf_counter() - t0, 4),
+        **{f"rss_{name}": rss_bytes(pid) for name, pid in pids.items()},
+    }  # fmt: skip

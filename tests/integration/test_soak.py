@@ -13,10 +13,9 @@ import pytest
 pytest.importorskip("mani_skill")
 
 from rlinf_user.config.compose import compose_config, validate  # noqa: E402
-from rlinf_user.data.record_log import RecordLog  # noqa: E402
 from rlinf_user.data.replay import ReplayBuffer  # noqa: E402
 from rlinf_user.rundir import create_run_dir  # noqa: E402
-from rlinf_user.runtime.resources import dir_bytes, rss_bytes  # noqa: E402
+from rlinf_user.runtime.resources import run_snapshot  # noqa: E402
 from rlinf_user.runtime.trainer import Trainer  # noqa: E402
 
 CAPACITY = 800
@@ -45,12 +44,7 @@ def test_long_run_stays_bounded_and_its_buffer_readable(tmp_path):
     def sample(p) -> None:
         if not pids:
             pids.update(learner=ray.get(trainer.learner.pid.remote()), env=ray.get(trainer.pool.slots[0].actor.pid.remote()))
-        records = sum(1 for _ in RecordLog(run_dir / "buffer").read_all(repair=False))  # read while it is written
-        samples.append({
-            "steps": p.env_steps, "buffer_bytes": dir_bytes(run_dir / "buffer"), "records": records,
-            "checkpoints": len(list((run_dir / "checkpoints").glob("ckpt-*.pt"))),
-            **{f"rss_{k}": rss_bytes(v) for k, v in pids.items()},
-        })  # fmt: skip
+        samples.append({"steps": p.env_steps, **run_snapshot(run_dir, pids)})  # reads the log while it is written
 
     trainer.on_progress = sample
     try:
@@ -65,7 +59,7 @@ def test_long_run_stays_bounded_and_its_buffer_readable(tmp_path):
     assert early and late, [s["steps"] for s in samples]
     # disk: the log stops growing once it holds a capacity's worth (a linear log would more than double)
     assert max(s["buffer_bytes"] for s in late) <= 1.3 * max(s["buffer_bytes"] for s in early)
-    assert all(s["records"] > 0 for s in full) and all(s["checkpoints"] <= 2 for s in samples)
+    assert all(s["log_records"] > 0 for s in full) and all(s["checkpoints"] <= 2 for s in samples)
     # memory: no growth once the buffer is full (allowance for allocator noise)
     for role in pids:
         grown = max(s[f"rss_{role}"] for s in late) - float(np.median([s[f"rss_{role}"] for s in early]))
