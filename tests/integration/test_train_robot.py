@@ -3,7 +3,8 @@
 The edge daemon runs as on a robot PC (its own process: control loop, safety, franky
 driving franky-sim's MuJoCo Franka over the libfranka protocol); the training side is the
 real Ray runtime (env worker with the remote robot env, learner, weight store). The reach
-task must be learned to the stated success rate, and the robot's duty cycle (control ticks
+task must be learned to the stated success rate, directly and through an emulated link of
+50 ms each way and 20 Mbit/s, and the robot's duty cycle (control ticks
 that ended a period in which a policy action ran, resets excluded) is reported.
 """
 
@@ -72,6 +73,8 @@ def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path, lin
         stepping = (after["uptime_s"] - before["uptime_s"]) - (after["reset_seconds"] - before["reset_seconds"])
         duty = acted / (stepping * HZ)
         print(f"\nreach: {summary}\nrobot duty cycle {duty:.3f} (edge telemetry {after})")
-        assert duty > 0.5  # the benchmark reports the measured value; this guards collapse
+        # the benchmark reports the measured value (0.999 direct; about 0.5 through the link,
+        # whose round trip spans the whole period); this guards collapse
+        assert duty > (0.5 if link is None else 0.3)
     finally:
         edge.close()
