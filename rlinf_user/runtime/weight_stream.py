@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 _LEN = struct.Struct("<I")
 MAX_FRAME = 64 * 2**20  # a header naming every tensor of a very large model fits easily
+SEND_TIMEOUT_S = 120.0  # a worker that stops reading mid-version is dropped (and its pins released)
 
 
 def _send_frame(sock: socket.socket, obj: dict[str, Any]) -> None:
@@ -180,7 +181,9 @@ class WeightServer:
                 if not isinstance(newer_than, int):
                     _send_frame(conn, {"error": "a request needs an integer 'newer_than'"})
                     return
+                conn.settimeout(SEND_TIMEOUT_S)
                 self._answer(conn, newer_than)
+                conn.settimeout(None)  # idle between versions as long as it likes
         except (ConnectionError, OSError):
             pass  # the worker went away; its pins were released below
         finally:

@@ -77,3 +77,27 @@ def test_a_server_gone_mid_run_raises_a_connection_error(server):
     server.close()
     with pytest.raises((ConnectionError, OSError)):
         client.fetch(server.endpoint(), 0)
+
+
+def test_a_worker_that_stops_reading_is_dropped_and_its_pins_released(server, monkeypatch):
+    import time
+
+    from rlinf_user.runtime import weight_stream
+
+    monkeypatch.setattr(weight_stream, "SEND_TIMEOUT_S", 0.5)
+    server.stage(0, {"w": torch.zeros(16 * 2**20)})  # 64 MB: far more than the socket buffers hold
+    raw = socket.create_connection((server.host, server.port), timeout=5)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    for frame in ({"token": server.token}, {"newer_than": -1}):
+        weight_stream._send_frame(raw, frame)
+    slot = server._current["w"]
+    deadline = time.monotonic() + 10
+    while slot.pins == 0 and time.monotonic() < deadline:  # the request arrived
+        time.sleep(0.01)
+    assert slot.pins == 1
+    while slot.pins and time.monotonic() < deadline:  # ... and never read: dropped after the timeout
+        time.sleep(0.05)
+    assert slot.pins == 0
+    raw.close()
+    version, got = WeightStreamClient().fetch(server.endpoint(), -1)  # others are still served
+    assert version == 0 and got["w"].shape == (16 * 2**20,)
