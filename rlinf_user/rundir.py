@@ -30,6 +30,7 @@ def create_run_dir(cfg, folders: tuple[str, ...] = ("checkpoints", "tb", "eval",
             raise FileExistsError(
                 f"{run_dir} already holds a run; pick another run_name or continue it with resume={run_dir}"
             )
+    run_dir.mkdir(parents=True, exist_ok=True)
     for sub in folders:
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     name = "config.resumed.yaml" if cfg.resume else "config.yaml"
