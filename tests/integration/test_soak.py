@@ -59,7 +59,9 @@ def test_long_run_stays_bounded_and_its_buffer_readable(tmp_path):
     assert early and late, [s["steps"] for s in samples]
     # disk: the log stops growing once it holds a capacity's worth (a linear log would more than double)
     assert max(s["buffer_bytes"] for s in late) <= 1.3 * max(s["buffer_bytes"] for s in early)
-    assert all(s["log_records"] > 0 for s in full) and all(s["checkpoints"] <= 2 for s in samples)
+    assert all(s["log_records"] > 0 for s in full)
+    # checkpoints: 2 kept (a sample can catch the moment a new one exists before the oldest goes)
+    assert max(s["checkpoints"] for s in samples) <= 3
     # memory: no growth once the buffer is full (allowance for allocator noise)
     for role in pids:
         grown = max(s[f"rss_{role}"] for s in late) - float(np.median([s[f"rss_{role}"] for s in early]))
