@@ -3,8 +3,8 @@
 The edge daemon runs as on a robot PC (its own process: control loop, safety, franky
 driving franky-sim's MuJoCo Franka over the libfranka protocol); the training side is the
 real Ray runtime (env worker with the remote robot env, learner, weight store). The reach
-task must be learned to the stated success rate, directly and through an emulated link of
-50 ms each way and 20 Mbit/s, and the robot's duty cycle (control ticks
+task must be learned to the stated success rate through an emulated link of 50 ms each
+way and 20 Mbit/s, and the robot's duty cycle (control ticks
 that ended a period in which a policy action ran, resets excluded) is reported.
 """
 
@@ -32,7 +32,10 @@ HZ = 10.0
 
 @pytest.mark.slow
 @pytest.mark.wallclock
-@pytest.mark.parametrize("link", [None, "{delay_ms: 50, jitter_ms: 5, mbit: 20}"], ids=["direct", "50ms-20mbit"])
+@pytest.mark.timeout(1800)  # a step waits out the link's round trip: about 4 steps/s
+# The direct link is the committed benchmark (bench_robot_training.py, 3 seeds); CI runs the
+# harder case, the same path through an emulated link.
+@pytest.mark.parametrize("link", ["{delay_ms: 50, jitter_ms: 5, mbit: 20}"], ids=["50ms-20mbit"])
 def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path, link):
     import ray
 
