@@ -70,7 +70,7 @@ def main() -> None:
             return
         last[0] = now
         if not pids:
-            pids.update(learner=ray.get(trainer.learner.pid.remote()), env=ray.get(trainer.pool.slots[0].actor.pid.remote()))
+            pids.update(trainer.pids())
         snap = run_snapshot(run_dir, pids)
         samples.append({
             "minutes": round((now - t0) / 60, 2), "env_steps": p.env_steps, "updates": p.updates,

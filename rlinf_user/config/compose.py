@@ -113,6 +113,12 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"placement.weight_link: {err}") from None
     if not 0 <= int(cfg.placement.weight_port) <= 65535:
         raise ConfigError(f"placement.weight_port={cfg.placement.weight_port} is not a TCP port (0: any free port)")
+    ro = cfg.placement.get("rollout")
+    if ro is not None and ro.get("enabled", False):
+        if str(ro.device) not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"placement.rollout.device={ro.device!r}: use auto, cpu or cuda")
+        if int(ro.max_batch) < 1 or float(ro.max_wait_ms) < 0:
+            raise ConfigError("placement.rollout.max_batch must be >= 1 and placement.rollout.max_wait_ms >= 0")
     if cfg.placement.num_env_workers < 1 or cfg.placement.envs_per_worker < 1:
         raise ConfigError("placement.num_env_workers and placement.envs_per_worker must be >= 1")
     if int(cfg.get("keep_checkpoints", 3)) < 0:

@@ -93,6 +93,18 @@ class RoleResources:
 
 
 @dataclass
+class RolloutRole(RoleResources):
+    """The policy-inference role (``rlinf_user.runtime.rollout_server``). Disabled: each
+    env worker runs its own copy of the policy. Enabled: one server holds the policy on
+    its device and answers every worker's steps in shared batches."""
+
+    enabled: bool = False
+    device: str = "auto"  # auto | cpu | cuda
+    max_batch: int = 256  # rows (env observations) per forward pass
+    max_wait_ms: float = 0.0  # hold a batch open this long for more requests (0: never wait)
+
+
+@dataclass
 class PlacementConfig:
     """Maps roles onto hardware.
 
@@ -112,6 +124,7 @@ class PlacementConfig:
     env_worker: RoleResources = field(default_factory=RoleResources)
     buffer: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.5))
     eval_worker: RoleResources = field(default_factory=RoleResources)  # simulators: where evaluation runs
+    rollout: RolloutRole = field(default_factory=RolloutRole)
     learner_device: str = "auto"  # auto | cpu | cuda
     # Weight sync: a worker more than this many versions behind waits for the newest
     # (None: never waits); publish only the tensors that changed (a frozen backbone once).
@@ -123,7 +136,6 @@ class PlacementConfig:
     weight_port: int = 0
     # tcp: workers pull through an emulated link ({delay_ms, jitter_ms, mbit}; tests, rehearsals)
     weight_link: Any = None
-    rollout_device: str = "cpu"
     torch_threads: int = 1
 
 

@@ -4,6 +4,11 @@ It never waits for the learner: weights are polled without blocking between step
 transition chunks are sent to the replay sink with at most ``max_inflight`` sends
 outstanding. Every transition records the policy version that produced it and an
 intervention flag.
+
+With ``placement.rollout.enabled`` the worker holds no policy for training steps: it asks
+the run's rollout server (:mod:`rlinf_user.runtime.rollout_server`) for each step's
+actions. A server that dies ends the rollout call early with ``rollout_lost`` (every
+step taken so far is kept, the episodes in flight go on) until the run hands over a new one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,15 @@ from rlinf_user.env.vector import index_obs
 log = logging.getLogger(__name__)
 
 MAX_BACKLOG_CHUNKS = 500  # unsent chunks kept while no sink takes them (then the oldest go)
+
+
+class RolloutLost(RuntimeError):
+    """The rollout server died; the run starts a new one and hands it over."""
+
+
+def rollout_enabled(cfg) -> bool:
+    ro = cfg.placement.get("rollout")
+    return bool(ro is not None and ro.get("enabled", False))
 
 
 def obs_to_torch(obs: dict[str, Any], device: torch.device | str = "cpu") -> dict[str, Any]:
@@ -75,6 +89,7 @@ class EnvWorker:
         num_envs: int | None = None,
         member=None,
         fleet_spec: dict[str, Any] | None = None,
+        rollout=None,
     ):
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
         self.cfg = cfg
@@ -94,6 +109,10 @@ class EnvWorker:
         self.spec: dict[str, Any] | None = None
         self.policy = None
         self.weights = None
+        self.served = rollout_enabled(cfg)  # training actions come from the rollout server
+        self.rollout_server = rollout
+        self.rollout_dead = False
+        self.version = -1  # the policy version of the latest actions
         self.adapter = None
         self.rng = np.random.default_rng(seed)
         self.obs = self.envs.reset(seed=seed)
@@ -117,29 +136,41 @@ class EnvWorker:
             self.attach(fleet_spec or self.own_spec)
 
     def attach(self, fleet_spec: dict[str, Any], sink=None) -> dict[str, Any]:
-        """Build the policy for the learner's spec and the adapter to it; raises
+        """Build the policy for the learner's spec (unless a rollout server acts for this
+        worker: then only for evaluation, when first needed) and the adapter to it; raises
         ``ValueError`` naming what does not fit."""
-        from rlinf_user.algorithms.sac import build_policy
         from rlinf_user.runtime.fleet import Adapter
-        from rlinf_user.runtime.weights import WeightSubscriber
 
         self.adapter = Adapter(self.own_spec, fleet_spec, self.member_index)
         self.spec = fleet_spec
-        self.policy = build_policy(
-            self.cfg.policy, fleet_spec["state_dim"], fleet_spec["cameras"], fleet_spec["action_dim"]
-        )
-        self.policy.eval()
-        if self.weight_store is not None:
-            from rlinf_user.netem import LinkSpec
-
-            lag = self.cfg.placement.get("max_policy_lag")
-            link = LinkSpec.from_config(self.cfg.placement.get("weight_link"))
-            self.weights = WeightSubscriber(
-                self.weight_store, self.policy, max_lag=None if lag is None else int(lag), link=link
-            )
+        if not self.served:
+            self._local_policy()
         if sink is not None:
             self.sink = sink
         return self.identity()
+
+    def _local_policy(self):
+        """This worker's own copy of the policy, subscribed to the published weights."""
+        if self.policy is None:
+            from rlinf_user.algorithms.sac import build_policy
+            from rlinf_user.netem import LinkSpec
+            from rlinf_user.runtime.weights import WeightSubscriber
+
+            spec = self.spec
+            self.policy = build_policy(self.cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"])
+            self.policy.eval()
+            if self.weight_store is not None:
+                lag = self.cfg.placement.get("max_policy_lag")
+                link = LinkSpec.from_config(self.cfg.placement.get("weight_link"))
+                self.weights = WeightSubscriber(
+                    self.weight_store, self.policy, max_lag=None if lag is None else int(lag), link=link
+                )
+        return self.policy
+
+    def set_rollout(self, server) -> None:
+        """The rollout server that acts for this worker (a new one after a crash)."""
+        self.rollout_server = server
+        self.rollout_dead = False
 
     def identity(self) -> dict[str, Any]:
         """Which member this is and where it runs."""
@@ -164,26 +195,52 @@ class EnvWorker:
         return self.own_spec
 
     def _act(self, obs: dict[str, Any], random: bool) -> np.ndarray:
+        """Actions for every env (the full contract action); sets ``self.version``."""
         if random:
             a = self.rng.uniform(-1, 1, size=(self.envs.num_envs, self.spec["action_dim"]))
+            if self.weights is not None:
+                self.version = self.weights.version
+        elif self.served:
+            a = self._served_act(obs)
         else:
             with torch.no_grad():
                 a = self.policy.act(obs_to_torch(obs)).numpy()
+            self.version = self.weights.version if self.weights is not None else -1
         return expand_action(a.astype(np.float32), self.spec)
+
+    def _served_act(self, obs: dict[str, Any]) -> np.ndarray:
+        import ray
+
+        if self.rollout_server is None or self.rollout_dead:
+            raise RolloutLost("no rollout server")
+        try:
+            a, version = ray.get(self.rollout_server.act.remote({"state": obs["state"], "images": obs["images"]}))
+        except ray.exceptions.RayActorError as err:
+            self.rollout_dead = True
+            log.error("the rollout server is gone (%s); waiting for a new one", type(err).__name__)
+            raise RolloutLost(str(err)) from err
+        self.version = int(version)
+        return a
 
     def rollout(self, num_steps: int, random: bool = False) -> dict[str, Any]:
         """Step every env ``num_steps`` times; return finished-episode statistics."""
+        if self.spec is None:
+            raise RuntimeError("this fleet worker was not attached to the learner's spec yet")
         if self.weights is not None and self.weights.version < 0:
             self.weights.sync()
         episodes: list[dict[str, Any]] = []
         t0 = time.perf_counter()
-        if self.policy is None:
-            raise RuntimeError("this fleet worker was not attached to the learner's spec yet")
+        steps = 0
+        lost = False
         for _ in range(num_steps):
             if self.weights is not None:
                 self.weights.poll()
             obs = self.adapter.obs(self.obs)
-            actions = self._act(obs, random)
+            try:
+                actions = self._act(obs, random)
+            except RolloutLost:
+                lost = True
+                break
             flags = np.zeros(self.envs.num_envs, dtype=bool)
             if self.supervisor is not None:
                 d = self.supervisor.decide(index_obs(self.obs, 0), self.adapter.env_action(actions[0]))
@@ -191,7 +248,7 @@ class EnvWorker:
                     actions[0], flags[0] = d.action, d.intervention
             next_obs, rewards, terms, truncs, infos = self.envs.step(self.adapter.env_action(actions))
             fleet_next = self.adapter.obs(next_obs)
-            version = self.weights.version if self.weights is not None else -1
+            version = self.version
             for i in range(self.envs.num_envs):
                 done = bool(terms[i] or truncs[i])
                 real_next = self._fleet_obs_one(infos[i]["final_obs"]) if done else index_obs(fleet_next, i)
@@ -227,6 +284,7 @@ class EnvWorker:
                     if i == 0 and self.supervisor is not None:
                         self.supervisor.begin_episode()
             self.obs = next_obs
+            steps += 1
             self.env_steps += self.envs.num_envs
             if len(self.pending["reward"]) >= self.cfg.buffer.chunk_steps:
                 self._flush()
@@ -235,11 +293,12 @@ class EnvWorker:
             "worker": self.worker_id,
             "member": self.member_name,
             "node": self.identity()["node"],
-            "steps": num_steps * self.envs.num_envs,
+            "steps": steps * self.envs.num_envs,
             "seconds": time.perf_counter() - t0,
             "episodes": episodes,
-            "policy_version": self.weights.version if self.weights is not None else -1,
+            "policy_version": self.version,
             "supervisor_lost": None if self.supervisor is None else self.supervisor.lost,
+            "rollout_lost": lost,
         }
 
     def _flush(self) -> None:
@@ -298,6 +357,7 @@ class EnvWorker:
         """Deterministic-policy episodes (on this worker's own envs) with the latest weights.
         With ``weights_above``: a success rate above it returns the evaluated weights too
         (``policy_state``), so the run can keep exactly the policy that scored it."""
+        policy = self._local_policy()
         if self.weights is not None:
             self.weights.sync()
         results, frames = [], []
@@ -312,7 +372,7 @@ class EnvWorker:
                     frames.append(env.render())
                 batch = self.adapter.obs({"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}})
                 with torch.no_grad():
-                    a = self.policy.act(obs_to_torch(batch), deterministic=True).numpy()[0]
+                    a = policy.act(obs_to_torch(batch), deterministic=True).numpy()[0]
                 obs, r, te, tr, info = env.step(self.adapter.env_action(expand_action(a, self.spec)))
                 ret += r
                 done = te or tr

@@ -1,6 +1,8 @@
 """Placement: which process and which resources each role gets.
 
-Roles: ``env_worker`` (x N), ``eval_worker``, ``learner``, ``replay``, ``weights``.
+Roles: ``env_worker`` (x N), ``eval_worker``, ``learner``, ``replay``, ``weights`` and,
+with ``placement.rollout.enabled``, ``rollout`` (one policy-inference server that every
+env worker's steps go through, batched; see :mod:`rlinf_user.runtime.rollout_server`).
 
 * ``collocated``: the replay buffer lives inside the learner process (no RPC per
   sample); learner and rollout share the machine's devices (fractional GPUs when present).
@@ -47,9 +49,12 @@ class Plan:
     num_env_workers: int
     eval_worker: RolePlan | None = None
     groups: dict[str, dict[str, float]] | None = None
+    rollout: RolePlan | None = None  # None: every env worker runs the policy itself
 
     def total_cpus(self) -> float:
         cpus = self.learner.num_cpus + self.weights.num_cpus
+        if self.rollout is not None:
+            cpus += self.rollout.num_cpus
         cpus += self.env_worker.num_cpus * (self.num_env_workers + 1)  # + eval worker
         if self.replay is not None:
             cpus += self.replay.num_cpus
@@ -84,6 +89,16 @@ def make_plan(placement_cfg, gpu_available: bool) -> Plan:
         # share the device: learner takes most, rollout workers a slice each
         learner.num_gpus = 0.5
         env_worker.num_gpus = 0.5 / max(1, placement_cfg.num_env_workers + 1)
+    rollout = None
+    rollout_cfg = placement_cfg.get("rollout")
+    if rollout_cfg is not None and rollout_cfg.get("enabled", False):
+        rollout = _role(rollout_cfg, groups=groups)
+        if not gpu_available:
+            rollout.num_gpus = 0.0
+        else:
+            if rollout.num_gpus == 0 and mode == "collocated":
+                rollout.num_gpus = 0.25  # the server shares the device with the learner
+            env_worker.num_gpus = 0.0  # workers only step envs: the policy runs on the server
     replay = None
     if mode == "disaggregated":
         replay = _role(placement_cfg.buffer, max_concurrency=4, groups=groups)
@@ -92,7 +107,7 @@ def make_plan(placement_cfg, gpu_available: bool) -> Plan:
     weights = RolePlan(0.1, 0.0, dict(learner.resources))
     if gpu_available:
         eval_worker.num_gpus = env_worker.num_gpus
-    return Plan(mode, learner, env_worker, replay, weights, int(placement_cfg.num_env_workers), eval_worker, groups)
+    return Plan(mode, learner, env_worker, replay, weights, int(placement_cfg.num_env_workers), eval_worker, groups, rollout)
 
 
 def ray_init_kwargs(placement_cfg, plan: Plan, extra_resources: tuple = (), env_worker_cpus: float | None = None) -> dict[str, Any]:

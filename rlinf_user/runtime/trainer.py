@@ -22,7 +22,7 @@ import numpy as np
 
 from rlinf_user.rundir import write_json
 from rlinf_user.runtime.placement import make_plan, ray_init_kwargs
-from rlinf_user.runtime.workers import PoolError, WorkerPool
+from rlinf_user.runtime.workers import START_TIMEOUT_S, PoolError, WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ ROLLOUT_STEPS = 100
 ROLLOUTS_IN_FLIGHT = 2
 TRAIN_CALL_UPDATES = 50
 MAX_LEARNER_RESTARTS = 3
+MAX_ROLLOUT_RESTARTS = 3
 
 
 class RunError(RuntimeError):
@@ -56,6 +57,7 @@ class Progress:
     updates_per_s: float = 0.0
     worker_restarts: int = 0
     learner_restarts: int = 0
+    rollout_restarts: int = 0
     intervention_rate: float | None = None  # human-controlled share of supervised steps
     interventions: int = 0  # human-controlled steps so far
     supervisor_lost: str | None = None
@@ -133,6 +135,9 @@ class Trainer:
             ) from err
         log.info("env spec: %s", self.spec)
         check_demos(cfg.demos, self.spec)
+        self.rollout_server = None
+        if plan.rollout is not None:
+            self._start_rollout_server()
         self.replay = None
         if plan.replay is not None:
             self.replay = (
@@ -162,7 +167,13 @@ class Trainer:
                 self.progress.env_steps = state["env_steps"]
                 self.progress.updates = state["num_updates"]
                 log.info("resumed from %s: %s", ckpt, state)
-        self.progress.version = ray.get(self.learner.publish.remote())
+        try:
+            self.progress.version = ray.get(self.learner.publish.remote(), timeout=START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError as err:
+            raise RunError(
+                f"the learner did not start within {START_TIMEOUT_S:.0f} s: no node has free "
+                f"{plan.learner.actor_options()} (`ray status` shows what the cluster offers)"
+            ) from err
         self.sink = self.replay if self.replay is not None else self.learner
         self.pool.set_sink(self.sink)
         # A simulator gets its own evaluation worker (member 0's env). A robot is one
@@ -176,6 +187,41 @@ class Trainer:
             )
         if self.cfg.resume:
             log.info("replay after restore: %s", ray.get(self.learner.replay_stats.remote()))
+
+    def _start_rollout_server(self) -> None:
+        import ray
+
+        from rlinf_user.runtime.rollout_server import RolloutServer
+
+        self.rollout_server = (
+            ray.remote(RolloutServer).options(**self.plan.rollout.actor_options()).remote(self.cfg, self.spec, self.weights)
+        )
+        self.pool.set_rollout(self.rollout_server, wait=False)
+
+    def _rollout_lost(self) -> None:
+        """A worker found the rollout server gone: start a new one unless that was done
+        already (every worker reports the same loss)."""
+        import ray
+
+        try:
+            ray.get(self.rollout_server.ping.remote(), timeout=30)
+            self.pool.set_rollout(self.rollout_server, wait=False)  # alive: a worker saw the old one
+            return
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            pass
+        p = self.progress
+        p.rollout_restarts += 1
+        if p.rollout_restarts > MAX_ROLLOUT_RESTARTS:
+            raise RunError(
+                f"the rollout server died {p.rollout_restarts} times; continue the run with "
+                f"`rlinf-user train resume={self.run_dir}`"
+            )
+        log.error("the rollout server died; starting a new one")
+        try:
+            ray.kill(self.rollout_server, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        self._start_rollout_server()
 
     @property
     def eval_worker(self):
@@ -255,6 +301,8 @@ class Trainer:
                         continue
                     pool.note(slot, r)
                     self._book_rollout(r, recent, supervised, is_supervised and i == 0)
+                    if r.get("rollout_lost"):
+                        self._rollout_lost()
                     queued = sum(1 for j, _ in rollout_calls.values() if j == i)
                     if p.env_steps + queued * ROLLOUT_STEPS < cfg.total_env_steps:
                         rollout_calls[self._rollout(slot.actor)] = (i, slot.generation)
@@ -316,6 +364,8 @@ class Trainer:
             "best": self.best,
             "worker_restarts": p.worker_restarts,
             "learner_restarts": p.learner_restarts,
+            "rollout_restarts": p.rollout_restarts,
+            "rollout_server": self._rollout_stats(),
             "members": self.member_stats(),
             "placement": self._where(),
             "interventions": p.interventions,
@@ -405,12 +455,24 @@ class Trainer:
             self.sink = self.learner
             self.pool.set_sink(self.sink, wait=False)
 
+    def _rollout_stats(self) -> dict[str, Any] | None:
+        import ray
+
+        if self.rollout_server is None:
+            return None
+        try:
+            return ray.get(self.rollout_server.stats.remote(), timeout=30)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as err:
+            return {"error": _root_cause(err)}
+
     def _where(self) -> dict[str, Any]:
         """The node each role ran on (members: every node their workers used)."""
         import ray
 
         out: dict[str, Any] = {"learner": ray.get(self.learner.where.remote())["node"]}
         out["replay"] = ray.get(self.replay.where.remote())["node"] if self.replay is not None else out["learner"]
+        if self.rollout_server is not None:
+            out["rollout"] = ray.get(self.rollout_server.where.remote())["node"]
         out["members"] = {name: st.get("nodes", []) for name, st in self.pool.status().items()}
         return out
 
@@ -504,6 +566,18 @@ class Trainer:
         for k, v in values.items():
             self._tb.add_scalar(f"{prefix}/{k}", v, self.progress.env_steps)
 
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def pids(self) -> dict[str, int]:
+        """Process ids of the learner and the first env worker (resource sampling, tests)."""
+        import ray
+
+        return {"learner": ray.get(self.learner.pid.remote()), "env": ray.get(self.pool.slots[0].actor.pid.remote())}
+
     def close(self) -> None:
         import ray
 
@@ -512,7 +586,7 @@ class Trainer:
         if hasattr(self, "pool"):
             self.pool.close()
         eval_worker = getattr(self, "_own_eval_worker", None)
-        for actor in (eval_worker, getattr(self, "learner", None)):
+        for actor in (eval_worker, getattr(self, "learner", None), getattr(self, "rollout_server", None)):
             if actor is not None:
                 try:
                     ray.get(actor.close.remote(), timeout=10)
@@ -520,7 +594,7 @@ class Trainer:
                     pass
         # Free the run's resources now rather than when the handles are garbage collected,
         # so a following run in the same Ray session can be scheduled.
-        for actor in [eval_worker, *(getattr(self, name, None) for name in ("learner", "replay", "weights"))]:
+        for actor in [eval_worker, *(getattr(self, name, None) for name in ("learner", "replay", "weights", "rollout_server"))]:
             if actor is not None:
                 try:
                     ray.kill(actor, no_restart=True)

@@ -70,25 +70,6 @@ def pack(state: dict[str, np.ndarray], chunk_bytes: int = CHUNK_BYTES) -> list[d
     return chunks
 
 
-def unpack(chunks: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    parts: dict[str, dict[int, Any]] = {}
-    shapes: dict[str, tuple] = {}
-    counts: dict[str, int] = {}
-    for chunk in chunks:
-        for name, val in chunk.items():
-            if isinstance(val, dict) and "part" in val:
-                parts.setdefault(name, {})[val["part"]] = val["data"]
-                shapes[name], counts[name] = tuple(val["shape"]), int(val["parts"])
-            else:
-                out[name] = val
-    for name, got in parts.items():
-        if len(got) != counts[name]:
-            raise ValueError(f"weights: tensor {name} arrived in {len(got)} of {counts[name]} parts")
-        out[name] = np.concatenate([got[i] for i in range(counts[name])]).reshape(shapes[name])
-    return out
-
-
 def _assign(tensor: torch.Tensor, arr: np.ndarray, offset: int | None = None) -> None:
     """Copy ``arr`` (possibly a read-only view of the object store) into ``tensor``, or,
     with ``offset``, into its flat elements ``[offset, offset + arr.size)`` (one part of a

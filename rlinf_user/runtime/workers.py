@@ -72,6 +72,7 @@ class WorkerPool:
                 self.slots.append(Slot(len(self.slots), m))
         self.spec: dict[str, Any] | None = None
         self.sink = None
+        self.rollout = None  # the rollout server, when one acts for the workers
         self._last_check = 0.0
 
     # -- spawning ---------------------------------------------------------------------------
@@ -88,7 +89,7 @@ class WorkerPool:
     def _spawn(self, slot: Slot) -> None:
         seed = self.cfg.seed + 7919 * (slot.index + 1) + 104_729 * slot.generation
         slot.actor = self.actor_cls.options(**self._options(slot.member)).remote(
-            self.cfg, slot.index, self.weight_store, self.sink, seed, None, slot.member, self.spec
+            self.cfg, slot.index, self.weight_store, self.sink, seed, None, slot.member, self.spec, self.rollout
         )
         slot.status = "running"
 
@@ -144,6 +145,15 @@ class WorkerPool:
 
         self.sink = sink
         refs = [s.actor.set_sink.remote(sink) for s in self.slots if s.status == "running"]
+        if wait:
+            ray.get(refs)
+
+    def set_rollout(self, server, wait: bool = True) -> None:
+        """The rollout server acting for the workers (again after it was restarted)."""
+        import ray
+
+        self.rollout = server
+        refs = [s.actor.set_rollout.remote(server) for s in self.slots if s.status == "running"]
         if wait:
             ray.get(refs)
 

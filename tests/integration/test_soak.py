@@ -43,7 +43,7 @@ def test_long_run_stays_bounded_and_its_buffer_readable(tmp_path):
 
     def sample(p) -> None:
         if not pids:
-            pids.update(learner=ray.get(trainer.learner.pid.remote()), env=ray.get(trainer.pool.slots[0].actor.pid.remote()))
+            pids.update(trainer.pids())
         samples.append({"steps": p.env_steps, **run_snapshot(run_dir, pids)})  # reads the log while it is written
 
     trainer.on_progress = sample

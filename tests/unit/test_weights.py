@@ -3,7 +3,22 @@
 import numpy as np
 import pytest
 
-from rlinf_user.runtime.weights import WeightStore, pack, unpack
+from rlinf_user.runtime.weights import WeightStore, _assign, pack
+
+
+def assemble(chunks, like):
+    """What a subscriber does with a version's chunks: each value, or each part of a split
+    tensor at its offset, copied straight into the target tensors."""
+    import torch
+
+    out = {k: torch.zeros_like(torch.as_tensor(v)) for k, v in like.items()}
+    for chunk in chunks:
+        for name, val in chunk.items():
+            if isinstance(val, dict) and "part" in val:
+                _assign(out[name], val["data"], val["offset"])
+            else:
+                _assign(out[name], val)
+    return out
 
 
 def test_pack_splits_large_tensors_and_groups_small_ones():
@@ -11,10 +26,10 @@ def test_pack_splits_large_tensors_and_groups_small_ones():
     state = {"big": rng.normal(size=(300, 100)).astype(np.float32), "a": np.ones(3), "b": np.arange(10.0)}
     chunks = pack(state, chunk_bytes=40_000)  # big: 120 kB -> 3 parts; a, b together
     assert len(chunks) == 4 and sum("big" in c for c in chunks) == 3
-    out = unpack(chunks)
-    assert set(out) == set(state) and all(np.array_equal(out[k], state[k]) for k in state)
-    with pytest.raises(ValueError, match="1 of 3 parts"):
-        unpack(chunks[:1])
+    parts = [c["big"] for c in chunks if "big" in c]
+    assert [p["offset"] for p in parts] == [0, 10_000, 20_000] and all(p["shape"] == (300, 100) for p in parts)
+    out = assemble(chunks, state)
+    assert set(out) == set(state) and all(np.array_equal(out[k].numpy(), state[k]) for k in state)
 
 
 def test_store_serves_only_versions_holding_current_values():
@@ -38,11 +53,12 @@ def test_store_serves_only_versions_holding_current_values():
 def test_bf16_tensors_travel_as_their_bits():
     import torch
 
-    from rlinf_user.runtime.weights import _assign, to_numpy_state
+    from rlinf_user.runtime.weights import to_numpy_state
 
     src = torch.randn(5, 3).to(torch.bfloat16)
     arr = to_numpy_state({"w": src})["w"]
     assert arr.dtype == np.int16
     dst = torch.zeros(5, 3, dtype=torch.bfloat16)
-    _assign(dst, unpack(pack({"w": arr}, chunk_bytes=8))["w"])  # split into parts on the way
+    for chunk in pack({"w": arr}, chunk_bytes=8):  # split into parts on the way
+        _assign(dst, chunk["w"]["data"], chunk["w"]["offset"])
     assert torch.equal(dst, src)

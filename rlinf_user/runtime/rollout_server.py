@@ -1,0 +1,191 @@
+"""Rollout server: the policy-inference role, shared by every env worker of a run.
+
+With ``placement.rollout.enabled`` env workers hold no policy: each step they send their
+observations here and get actions back, with the policy version that produced them. The
+server keeps one copy of the policy on its device (a GPU for a large model or a VLA),
+subscribes to the learner's weights like a worker would, and batches requests
+continuously: whatever arrived while the previous forward pass ran goes into the next
+one (up to ``max_batch`` rows), so N workers cost one forward pass, not N, and a lone
+worker waits for nobody. ``max_wait_ms`` > 0 holds a batch open that long for more.
+
+It is an async Ray actor: requests queue on its event loop while the forward passes
+(and weight polls) run on one worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def rollout_device(setting: str) -> torch.device:
+    if setting == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("placement.rollout.device=cuda but this node has no CUDA device")
+    return torch.device(setting)
+
+
+def batch_rows(obs: dict[str, Any]) -> int:
+    return int(np.asarray(obs["state"]).shape[0])
+
+
+def concat_obs(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(parts) == 1:
+        return parts[0]
+    return {
+        "state": np.concatenate([p["state"] for p in parts]),
+        "images": {k: np.concatenate([p["images"][k] for p in parts]) for k in parts[0]["images"]},
+    }
+
+
+class RolloutServer:
+    def __init__(self, cfg, spec: dict[str, Any], weight_store=None):
+        from rlinf_user.algorithms.sac import build_policy
+        from rlinf_user.netem import LinkSpec
+        from rlinf_user.runtime.weights import WeightSubscriber
+
+        rcfg = cfg.placement.rollout
+        # requests arrive as read-only arrays (Ray's zero-copy reads); the policy only reads them
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
+        self.device = rollout_device(str(rcfg.get("device", "auto")))
+        self.max_batch = int(rcfg.get("max_batch", 256))
+        self.max_wait_s = float(rcfg.get("max_wait_ms", 0.0)) / 1000.0
+        self.spec = spec
+        self.policy = build_policy(cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"])
+        self.policy.eval()
+        self.weights = None
+        if weight_store is not None:
+            lag = cfg.placement.get("max_policy_lag")
+            self.weights = WeightSubscriber(
+                weight_store,
+                self.policy,
+                max_lag=None if lag is None else int(lag),
+                link=LinkSpec.from_config(cfg.placement.get("weight_link")),
+            )
+        self._exec = ThreadPoolExecutor(1, thread_name_prefix="rollout-forward")
+        self._queue: list[tuple[dict[str, Any], bool, asyncio.Future]] = []
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self.requests = 0
+        self.rows = 0
+        self.batches = 0
+        self.max_rows = 0
+        self.forward_s = 0.0
+
+    # -- serving ----------------------------------------------------------------------------
+    async def act(self, obs: dict[str, Any], deterministic: bool = False) -> tuple[np.ndarray, int]:
+        """Actions (policy output over the spec's active dims, float32) for a batch of
+        observations already adapted to the run's spec, and the version that made them."""
+        n = batch_rows(obs)
+        for k in self.spec["cameras"]:
+            if k not in obs["images"] or np.asarray(obs["images"][k]).shape[0] != n:
+                raise ValueError(f"rollout: camera {k!r} is missing or has a different batch size than state ({n})")
+        if np.asarray(obs["state"]).shape[1:] != (self.spec["state_dim"],):
+            raise ValueError(
+                f"rollout: state of shape {np.asarray(obs['state']).shape} for state_dim {self.spec['state_dim']}"
+            )
+        loop = asyncio.get_running_loop()
+        if self._task is None:
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._serve())
+        fut = loop.create_future()
+        self._queue.append((obs, bool(deterministic), fut))
+        self._wake.set()
+        return await fut
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.max_wait_s > 0 and sum(batch_rows(o) for o, _, _ in self._queue) < self.max_batch:
+                await asyncio.sleep(self.max_wait_s)
+            while self._queue:
+                take, rows, rest = [], 0, []
+                mode = self._queue[0][1]
+                for item in self._queue:  # requests of one mode, up to max_batch rows (at least one)
+                    n = batch_rows(item[0])
+                    if item[1] == mode and (not take or rows + n <= self.max_batch):
+                        take.append(item)
+                        rows += n
+                    else:
+                        rest.append(item)
+                self._queue = rest
+                try:
+                    joined = concat_obs([o for o, _, _ in take])
+                    actions, version = await loop.run_in_executor(self._exec, self._forward, joined, mode)
+                except Exception as err:  # noqa: BLE001 - the callers get it, the server serves on
+                    for _, _, fut in take:
+                        if not fut.done():
+                            fut.set_exception(err)
+                    continue
+                start = 0
+                for o, _, fut in take:
+                    n = batch_rows(o)
+                    if not fut.done():
+                        fut.set_result((actions[start : start + n], version))
+                    start += n
+                self.requests += len(take)
+                self.rows += rows
+                self.batches += 1
+                self.max_rows = max(self.max_rows, rows)
+
+    def _forward(self, obs: dict[str, Any], deterministic: bool) -> tuple[np.ndarray, int]:
+        if self.weights is not None:
+            if self.weights.version < 0:
+                self.weights.sync()
+            else:
+                self.weights.poll()
+        t0 = time.perf_counter()
+        batch = {
+            "state": torch.as_tensor(obs["state"], device=self.device),
+            "images": {k: torch.as_tensor(v, device=self.device) for k, v in obs["images"].items()},
+        }
+        with torch.no_grad():
+            a = self.policy.act(batch, deterministic=deterministic)
+        out = a.float().cpu().numpy()
+        self.forward_s += time.perf_counter() - t0
+        if not np.isfinite(out).all():
+            raise FloatingPointError("rollout: the policy produced non-finite actions")
+        return out, self.weights.version if self.weights is not None else -1
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "rows": self.rows,
+            "batches": self.batches,
+            "mean_batch_rows": self.rows / self.batches if self.batches else 0.0,
+            "max_batch_rows": self.max_rows,
+            "forward_ms_mean": 1000 * self.forward_s / self.batches if self.batches else 0.0,
+            "policy_version": self.weights.version if self.weights is not None else -1,
+            "device": str(self.device),
+        }
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+    def close(self) -> None:
+        if self.weights is not None:
+            self.weights.close()
+        self._exec.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,184 @@
+"""The rollout (policy-inference) role through a real Ray runtime: batched answers with
+the published weights' version, bad requests refused, and training runs whose env workers
+hold no policy, including one where the server is killed with kill -9 mid-run."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from rlinf_user.algorithms.sac import build_policy
+from rlinf_user.config.compose import compose_config, validate
+from rlinf_user.runtime.weights import WeightPublisher, WeightStore
+
+SPEC = {"state_dim": 6, "cameras": {}, "action_dim": 3, "active_dims": [0, 1, 2], "contract_action_dim": 7}
+
+
+@pytest.fixture(scope="module")
+def ray_runtime():
+    import ray
+
+    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def server_cfg(*extra):
+    return compose_config(["policy.hidden=[32,32]", "placement.rollout.enabled=true", *extra], sim="gym_hil")
+
+
+def test_server_answers_batched_requests_with_the_published_weights(ray_runtime):
+    import ray
+
+    from rlinf_user.runtime.rollout_server import RolloutServer
+
+    cfg = server_cfg()
+    store = ray.remote(WeightStore).remote()
+    learner = build_policy(cfg.policy, SPEC["state_dim"], {}, SPEC["action_dim"])
+    pub = WeightPublisher(store)
+    pub.publish(learner, 0)
+    server = ray.remote(RolloutServer).remote(cfg, SPEC, store)
+    rng = np.random.default_rng(0)
+    obs = [{"state": rng.normal(size=(2, 6)).astype(np.float32), "images": {}} for _ in range(16)]
+
+    def local(o):
+        with torch.no_grad():
+            return learner.act({"state": torch.as_tensor(o["state"]), "images": {}}, deterministic=True).numpy()
+
+    answers = ray.get([server.act.remote(o, True) for o in obs])  # 16 callers at once
+    for o, (a, version) in zip(obs, answers, strict=True):
+        assert version == 0 and a.shape == (2, 3) and a.dtype == np.float32
+        np.testing.assert_allclose(a, local(o), atol=1e-6)  # each caller gets its own rows back
+    stats = ray.get(server.stats.remote())
+    assert stats["requests"] == 16 and stats["rows"] == 32
+    assert stats["batches"] < 16 and stats["max_batch_rows"] > 2  # requests shared forward passes
+
+    with torch.no_grad():  # a training step, published as v1: the server switches between batches
+        for p in learner.parameters():
+            p.add_(0.05)
+    pub.publish(learner, 1)
+    for _ in range(200):
+        a, version = ray.get(server.act.remote(obs[0], True))
+        if version == 1:
+            break
+    assert version == 1
+    np.testing.assert_allclose(a, local(obs[0]), atol=1e-6)
+
+    with pytest.raises(ray.exceptions.RayTaskError, match="state_dim"):
+        ray.get(server.act.remote({"state": np.zeros((1, 5), np.float32), "images": {}}))
+    with pytest.raises(ray.exceptions.RayTaskError, match="non-finite"):
+        ray.get(server.act.remote({"state": np.full((1, 6), np.nan, np.float32), "images": {}}))
+    a, version = ray.get(server.act.remote(obs[1]))  # and it serves on
+    assert a.shape == (2, 3) and np.isfinite(a).all() and np.abs(a).max() <= 1.0
+    ray.get(server.close.remote())
+
+
+def test_max_batch_splits_a_queue_into_forward_passes(ray_runtime):
+    import ray
+
+    from rlinf_user.runtime.rollout_server import RolloutServer
+
+    cfg = server_cfg("placement.rollout.max_batch=4", "placement.rollout.max_wait_ms=50")
+    server = ray.remote(RolloutServer).remote(cfg, SPEC, None)  # no weights: its initial policy
+    obs = {"state": np.zeros((2, 6), np.float32), "images": {}}
+    got = ray.get([server.act.remote(obs) for _ in range(8)])
+    assert all(v == -1 and a.shape == (2, 3) for a, v in got)
+    stats = ray.get(server.stats.remote())
+    assert stats["max_batch_rows"] == 4 and stats["batches"] >= 4  # 16 rows, at most 4 a pass
+
+
+def test_bad_rollout_settings_are_named():
+    from rlinf_user.config.compose import ConfigError
+
+    for override, word in (("placement.rollout.device=tpu", "device"), ("placement.rollout.max_batch=0", "max_batch")):
+        cfg = compose_config(["placement.rollout.enabled=true", override], sim="gym_hil")
+        with pytest.raises(ConfigError, match=word):
+            validate(cfg)
+
+
+# -- training with a rollout server -----------------------------------------------------------
+pytest.importorskip("mani_skill")
+
+
+def train_cfg(tmp_path, *extra):
+    cfg = compose_config(
+        [
+            "env.task=PushCube-v1",
+            "total_env_steps=1600",
+            "algo.learning_starts=200",
+            "algo.batch_size=64",
+            "policy.hidden=[64,64]",
+            "eval_every_steps=800",
+            "eval_episodes=2",
+            "checkpoint_every_steps=800",
+            "publish_every_updates=10",
+            "buffer.chunk_steps=25",
+            "placement.num_env_workers=2",
+            "placement.envs_per_worker=2",
+            "placement.rollout.enabled=true",
+            f"run_root={tmp_path}",
+            "run_name=r",
+            "progress=false",
+            *extra,
+        ],
+        sim="maniskill",
+    )
+    validate(cfg)
+    return cfg
+
+
+def _transitions(run_dir):
+    from rlinf_user.data.record_log import RecordLog
+
+    chunks = list(RecordLog(run_dir / "buffer").read_all())
+    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+
+def _check_versions_and_episodes(t, max_len):
+    """Per env: versions never go back, and every episode ends by termination or its time
+    limit (none cut short: a server loss must not break an episode)."""
+    for env in np.unique(t["env_id"]):
+        rows = t["env_id"] == env
+        v = t["policy_version"][rows]
+        assert (np.diff(v) >= 0).all(), f"env {env}: policy versions went back"
+        done = np.flatnonzero((t["terminated"][rows] + t["truncated"][rows]) > 0)
+        lengths = np.diff(np.concatenate([[-1], done]))
+        assert lengths.max() <= max_len
+        assert all(t["terminated"][rows][d] or ln == max_len for d, ln in zip(done, lengths, strict=True))
+
+
+def test_training_through_the_rollout_server_and_kill_9_of_it(tmp_path, ray_runtime):
+    import os
+    import signal
+
+    import ray
+
+    from rlinf_user.rundir import create_run_dir
+    from rlinf_user.runtime.trainer import Trainer
+
+    cfg = train_cfg(tmp_path)
+    run_dir = create_run_dir(cfg)
+    trainer = Trainer(cfg, run_dir)
+    killed: dict = {}
+
+    def kill_once(p):
+        if not killed and p.env_steps >= 700 and p.version > 0:
+            killed["version"] = p.version
+            killed["pid"] = ray.get(trainer.rollout_server.pid.remote())
+            os.kill(killed["pid"], signal.SIGKILL)  # kill -9
+
+    trainer.on_progress = kill_once
+    with trainer:
+        progress = trainer.run()
+    summary = json.loads((run_dir / "eval" / "summary.json").read_text())
+    assert killed and summary["rollout_restarts"] == 1 and summary["worker_restarts"] == 0, summary
+    assert progress.env_steps >= 1600
+    server = summary["rollout_server"]  # the new server's own numbers
+    assert server["requests"] > 0 and server["policy_version"] > killed["version"]
+    assert summary["placement"]["rollout"]
+    t = _transitions(run_dir)
+    assert len(t["reward"]) >= progress.env_steps  # nothing the workers stepped was lost
+    served = t["policy_version"][t["policy_version"] >= 0]
+    assert served.size > 0 and served.max() > killed["version"]  # actions from the new server's weights
+    _check_versions_and_episodes(t, max_len=int(cfg.env.max_episode_steps))
