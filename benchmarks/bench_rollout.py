@@ -38,6 +38,7 @@ def make_cfg(device: str, max_wait_ms: float):
 
     return compose_config(
         [
+            "policy=cnn",
             "placement.rollout.enabled=true",
             f"placement.rollout.device={device}",
             f"placement.rollout.max_wait_ms={max_wait_ms}",

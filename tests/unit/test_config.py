@@ -69,3 +69,16 @@ def test_placements():
     assert 0 < col_gpu.learner.num_gpus < 1 and 0 < col_gpu.env_worker.num_gpus < 1
     robot = make_plan(compose_config(["env.edge.host=x"], robot="franka").placement, False)
     assert robot.env_worker.actor_options()["resources"] == {"franka": 1}
+
+
+def test_rollout_server_placement():
+    off = make_plan(compose_config([]).placement, gpu_available=True)
+    assert off.rollout is None
+    col = make_plan(compose_config(["placement.rollout.enabled=true"]).placement, gpu_available=True)
+    # the server shares the GPU with the learner; workers only step envs
+    assert 0 < col.rollout.num_gpus < 1 and col.env_worker.num_gpus == 0
+    assert col.total_cpus() == off.total_cpus() + col.rollout.num_cpus
+    cpu = make_plan(compose_config(["placement.rollout.enabled=true"]).placement, gpu_available=False)
+    assert cpu.rollout.num_gpus == 0
+    cluster = make_plan(compose_config(["placement=cluster", "placement.rollout.enabled=true"]).placement, False)
+    assert cluster.rollout.resources == {"gpu_box": 0.01}  # on the GPU box with the learner
