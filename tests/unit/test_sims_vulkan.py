@@ -9,6 +9,19 @@ import pytest
 from rlinf_user.sims import vulkan
 
 
+@pytest.fixture(autouse=True)
+def _restore_icd_variable():
+    """ensure_vulkan() sets VK_ICD_FILENAMES itself (monkeypatch.delenv of an unset
+    variable records nothing to undo): a fake ICD must not outlive the test, or every
+    simulator started later in this process (and its Ray workers) gets it."""
+    before = vulkan.os.environ.get("VK_ICD_FILENAMES")
+    yield
+    if before is None:
+        vulkan.os.environ.pop("VK_ICD_FILENAMES", None)
+    else:
+        vulkan.os.environ["VK_ICD_FILENAMES"] = before
+
+
 def _fake_lavapipe(root: Path) -> Path:
     icd = root / "mesa" / "usr" / "share" / "vulkan" / "icd.d" / "lvp_icd.json"
     icd.parent.mkdir(parents=True)
