@@ -82,6 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _env_args(hg)
 
+    rw = sub.add_parser(
+        "train-reward",
+        help="train a success classifier from recorded episodes (a learned reward: `train reward.classifier=PATH`)",
+        epilog="Example: `rlinf-user train-reward demos/pick sessions/pick-1 --out rewards/pick.pt`. A frame is a "
+        "success when its step succeeded or it is among the last --last-frames frames of an episode that did.",
+    )
+    rw.add_argument("datasets", nargs="+", help="LeRobot datasets (teleop demonstrations, HG-DAgger sessions)")
+    rw.add_argument("--out", required=True, help="where to write the classifier (.pt)")
+    rw.add_argument("--steps", type=int, default=2000, help="gradient steps (default 2000)")
+    rw.add_argument("--last-frames", type=int, default=3, help="final frames of a successful episode labelled success")
+    rw.add_argument("--threshold", type=float, default=0.5, help="probability above which a frame counts as success")
+    rw.add_argument("--val-fraction", type=float, default=0.25, help="episodes held out for validation")
+    rw.add_argument("--encoder", choices=["mlp", "cnn"], help="default: cnn when the datasets have cameras")
+    rw.add_argument("--seed", type=int, default=0)
+
     doc = sub.add_parser("doctor", help="check versions, devices, simulators and drivers; say how to fix")
     doc.add_argument("--robot", metavar="NAME", help="also check the robot PC: robot link, versions, "
                      "real-time, cameras, keys (franka)")
@@ -126,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlinf_user.cli.hg_dagger import run_hg_dagger
 
             return run_hg_dagger(args, console)
+        if args.command == "train-reward":
+            from rlinf_user.cli.train_reward import run_train_reward
+
+            return run_train_reward(args, console)
         if args.command == "doctor":
             from rlinf_user.cli.doctor import run_doctor
 

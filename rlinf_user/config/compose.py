@@ -113,6 +113,14 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"placement.weight_link: {err}") from None
     if not 0 <= int(cfg.placement.weight_port) <= 65535:
         raise ConfigError(f"placement.weight_port={cfg.placement.weight_port} is not a TCP port (0: any free port)")
+    rw = cfg.get("reward")
+    if rw is not None and rw.classifier:
+        from pathlib import Path
+
+        if not Path(rw.classifier).is_file():
+            raise ConfigError(f"reward.classifier={rw.classifier}: no such file (train one with `rlinf-user train-reward`)")
+        if rw.threshold is not None and not 0.0 < float(rw.threshold) < 1.0:
+            raise ConfigError(f"reward.threshold={rw.threshold} must be between 0 and 1")
     ro = cfg.placement.get("rollout")
     if ro is not None and ro.get("enabled", False):
         if str(ro.device) not in ("auto", "cpu", "cuda"):

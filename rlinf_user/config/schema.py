@@ -125,6 +125,7 @@ class PlacementConfig:
     buffer: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.5))
     eval_worker: RoleResources = field(default_factory=RoleResources)  # simulators: where evaluation runs
     rollout: RolloutRole = field(default_factory=RolloutRole)
+    reward: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.5))  # with reward.classifier
     learner_device: str = "auto"  # auto | cpu | cuda
     # Weight sync: a worker more than this many versions behind waits for the newest
     # (None: never waits); publish only the tensors that changed (a frozen backbone once).
@@ -231,6 +232,17 @@ class InterventionConfig:
 
 
 @dataclass
+class RewardConfig:
+    """A learned reward (``rlinf_user.runtime.reward_server``): a success classifier from
+    ``rlinf-user train-reward`` scores every step; ``success_reward`` where it says
+    success, 0 elsewhere, replaces the env's reward. None: the env's own reward."""
+
+    classifier: str | None = None
+    threshold: float | None = None  # None: the one stored with the classifier
+    success_reward: float = 1.0
+
+
+@dataclass
 class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -241,6 +253,7 @@ class RunConfig:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     hg_dagger: HGDaggerConfig = field(default_factory=HGDaggerConfig)
     intervention: InterventionConfig = field(default_factory=InterventionConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     # Several robots/sims feeding one learner; empty: `env` on placement.num_env_workers.
     fleet: list[FleetMember] = field(default_factory=list)
     # Append a one-hot member id to the state (None: when the members' envs differ).

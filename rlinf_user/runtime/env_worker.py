@@ -90,6 +90,7 @@ class EnvWorker:
         member=None,
         fleet_spec: dict[str, Any] | None = None,
         rollout=None,
+        reward_name: str | None = None,
     ):
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
         self.cfg = cfg
@@ -113,6 +114,11 @@ class EnvWorker:
         self.rollout_server = rollout
         self.rollout_dead = False
         self.version = -1  # the policy version of the latest actions
+        self.reward = None  # the reward role's client: a learned success classifier
+        if reward_name is not None:
+            from rlinf_user.runtime.reward_server import RewardClient
+
+            self.reward = RewardClient(reward_name)
         self.adapter = None
         self.rng = np.random.default_rng(seed)
         self.obs = self.envs.reset(seed=seed)
@@ -126,6 +132,7 @@ class EnvWorker:
         self.episode_return = np.zeros(self.envs.num_envs)
         self.episode_len = np.zeros(self.envs.num_envs, dtype=np.int64)
         self.episode_interventions = np.zeros(self.envs.num_envs, dtype=np.int64)
+        self.episode_classified = np.zeros(self.envs.num_envs, dtype=bool)
         self.supervisor = None
         if supervised:
             from rlinf_user.teleop.supervisor import Supervisor
@@ -247,6 +254,9 @@ class EnvWorker:
                 if d is not None:
                     actions[0], flags[0] = d.action, d.intervention
             next_obs, rewards, terms, truncs, infos = self.envs.step(self.adapter.env_action(actions))
+            if self.reward is not None:  # the learned reward replaces the env's
+                rewards, classified = self.reward.score(self._own_next(next_obs, terms, truncs, infos))
+                self.episode_classified |= classified
             fleet_next = self.adapter.obs(next_obs)
             version = self.version
             for i in range(self.envs.num_envs):
@@ -276,8 +286,10 @@ class EnvWorker:
                             "success": bool(infos[i].get("success", False)),
                             "policy_version": version,
                             "intervention_steps": int(self.episode_interventions[i]),
+                            **({"classified_success": bool(self.episode_classified[i])} if self.reward else {}),
                         }
                     )
+                    self.episode_classified[i] = False
                     self.episode_return[i] = 0.0
                     self.episode_len[i] = 0
                     self.episode_interventions[i] = 0
@@ -299,6 +311,17 @@ class EnvWorker:
             "policy_version": self.version,
             "supervisor_lost": None if self.supervisor is None else self.supervisor.lost,
             "rollout_lost": lost,
+        }
+
+    def _own_next(self, next_obs, terms, truncs, infos) -> dict[str, Any]:
+        """Each env's observation after the step (the final one where an episode ended), in
+        this env's own layout: what a reward classifier trained on its recordings sees."""
+        rows = [
+            infos[i]["final_obs"] if (terms[i] or truncs[i]) else index_obs(next_obs, i) for i in range(self.envs.num_envs)
+        ]
+        return {
+            "state": np.stack([r["state"] for r in rows]).astype(np.float32),
+            "images": {k: np.stack([r["images"][k] for r in rows]) for k in rows[0]["images"]},
         }
 
     def _flush(self) -> None:
@@ -380,6 +403,7 @@ class EnvWorker:
         self.obs = self.envs.reset()
         # the training episode in progress was cut short: its statistics start over
         self.episode_return[:], self.episode_len[:], self.episode_interventions[:] = 0, 0, 0
+        self.episode_classified[:] = False
         if self.supervisor is not None:
             self.supervisor.begin_episode()
         out = {

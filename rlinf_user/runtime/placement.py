@@ -50,11 +50,14 @@ class Plan:
     eval_worker: RolePlan | None = None
     groups: dict[str, dict[str, float]] | None = None
     rollout: RolePlan | None = None  # None: every env worker runs the policy itself
+    reward: RolePlan | None = None  # where a reward classifier would run (used with reward.classifier)
 
     def total_cpus(self) -> float:
         cpus = self.learner.num_cpus + self.weights.num_cpus
         if self.rollout is not None:
             cpus += self.rollout.num_cpus
+        if self.reward is not None:
+            cpus += self.reward.num_cpus
         cpus += self.env_worker.num_cpus * (self.num_env_workers + 1)  # + eval worker
         if self.replay is not None:
             cpus += self.replay.num_cpus
@@ -107,7 +110,12 @@ def make_plan(placement_cfg, gpu_available: bool) -> Plan:
     weights = RolePlan(0.1, 0.0, dict(learner.resources))
     if gpu_available:
         eval_worker.num_gpus = env_worker.num_gpus
-    return Plan(mode, learner, env_worker, replay, weights, int(placement_cfg.num_env_workers), eval_worker, groups, rollout)
+    reward = _role(placement_cfg.reward, groups=groups) if placement_cfg.get("reward") is not None else None
+    if reward is not None and not gpu_available:
+        reward.num_gpus = 0.0
+    return Plan(
+        mode, learner, env_worker, replay, weights, int(placement_cfg.num_env_workers), eval_worker, groups, rollout, reward
+    )
 
 
 def ray_init_kwargs(placement_cfg, plan: Plan, extra_resources: tuple = (), env_worker_cpus: float | None = None) -> dict[str, Any]:

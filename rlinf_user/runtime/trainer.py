@@ -58,6 +58,8 @@ class Progress:
     worker_restarts: int = 0
     learner_restarts: int = 0
     rollout_restarts: int = 0
+    reward_restarts: int = 0
+    classified_success: float | None = None  # recent episodes the reward classifier called a success
     intervention_rate: float | None = None  # human-controlled share of supervised steps
     interventions: int = 0  # human-controlled steps so far
     supervisor_lost: str | None = None
@@ -124,6 +126,9 @@ class Trainer:
         except ValueError as err:
             raise RunError(str(err)) from err
         self.pool = WorkerPool(cfg, plan, self.weights, self.members, self.EnvWorkerActor)
+        self.reward_server = None
+        if cfg.reward.classifier:
+            self._start_reward_server()
         try:
             self.spec = self.pool.start()
         except PoolError as err:
@@ -134,6 +139,15 @@ class Trainer:
                 "(`rlinf-user doctor` lists what is missing)"
             ) from err
         log.info("env spec: %s", self.spec)
+        if self.reward_server is not None and len(self.members) == 1:
+            own_state = self.spec.get("env_state_dim", self.spec["state_dim"])
+            rs = self.reward_spec
+            missing = sorted(set(rs["cameras"]) - set(self.spec["cameras"]))
+            if rs["state_dim"] != own_state or missing:
+                raise RunError(
+                    f"reward.classifier={cfg.reward.classifier} was trained on state_dim {rs['state_dim']} and cameras "
+                    f"{sorted(rs['cameras'])}; this env has state_dim {own_state} and cameras {sorted(self.spec['cameras'])}"
+                )
         check_demos(cfg.demos, self.spec)
         self.rollout_server = None
         if plan.rollout is not None:
@@ -187,6 +201,62 @@ class Trainer:
             )
         if self.cfg.resume:
             log.info("replay after restore: %s", ray.get(self.learner.replay_stats.remote()))
+
+    def _start_reward_server(self) -> None:
+        import ray
+
+        from rlinf_user.runtime.reward_server import RewardServer, server_name
+
+        name = server_name(str(self.run_dir))
+        rw = self.cfg.reward
+        self.reward_server = (
+            ray.remote(RewardServer)
+            .options(name=name, **self.plan.reward.actor_options())
+            .remote(str(rw.classifier), rw.threshold, float(rw.success_reward))
+        )
+        try:
+            self.reward_spec = ray.get(self.reward_server.spec.remote(), timeout=START_TIMEOUT_S)
+        except (ray.exceptions.RayError, ValueError) as err:
+            raise RunError(f"reward.classifier={rw.classifier}: {_root_cause(err)}") from err
+        self.pool.reward_name = name
+        self._reward_ping = None
+
+    def _watch_reward_server(self) -> None:
+        """Replace a dead reward server under the same name: workers find it again."""
+        import ray
+
+        if self.reward_server is None:
+            return
+        if self._reward_ping is None:
+            self._reward_ping = self.reward_server.pid.remote()
+            return
+        ready, _ = ray.wait([self._reward_ping], timeout=0)
+        if not ready:
+            return
+        try:
+            ray.get(self._reward_ping)
+            self._reward_ping = None
+            return
+        except ray.exceptions.RayActorError:
+            pass
+        p = self.progress
+        p.reward_restarts += 1
+        if p.reward_restarts > MAX_ROLLOUT_RESTARTS:
+            raise RunError(f"the reward server died {p.reward_restarts} times; continue with `rlinf-user train resume={self.run_dir}`")
+        log.error("the reward server died; starting a new one")
+        try:
+            ray.kill(self.reward_server, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        deadline = time.monotonic() + 30
+        while True:  # the name is free once the cluster has recorded the death
+            try:
+                self._start_reward_server()
+                break
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def _start_rollout_server(self) -> None:
         import ray
@@ -306,6 +376,7 @@ class Trainer:
                     queued = sum(1 for j, _ in rollout_calls.values() if j == i)
                     if p.env_steps + queued * ROLLOUT_STEPS < cfg.total_env_steps:
                         rollout_calls[self._rollout(slot.actor)] = (i, slot.generation)
+            self._watch_reward_server()
             for slot in pool.arrivals():
                 if p.env_steps < cfg.total_env_steps:
                     queue(slot)
@@ -366,6 +437,9 @@ class Trainer:
             "learner_restarts": p.learner_restarts,
             "rollout_restarts": p.rollout_restarts,
             "rollout_server": self._rollout_stats(),
+            "reward_restarts": p.reward_restarts,
+            "reward_server": self._reward_stats(),
+            "classified_success": p.classified_success,
             "members": self.member_stats(),
             "placement": self._where(),
             "interventions": p.interventions,
@@ -388,6 +462,8 @@ class Trainer:
             member["recent"].append(ep)
             recent.append(ep)
             scalars = {"return": ep["return"], "success": float(ep["success"])}
+            if "classified_success" in ep:
+                scalars["classified_success"] = float(ep["classified_success"])
             if is_supervised:
                 supervised.append(ep)
                 p.interventions += ep["intervention_steps"]
@@ -402,6 +478,9 @@ class Trainer:
         if r.get("supervisor_lost") and not p.supervisor_lost:
             p.supervisor_lost = r["supervisor_lost"]
             log.error("teleop device lost (%s): training goes on without interventions", p.supervisor_lost)
+        classified = [e["classified_success"] for e in recent if "classified_success" in e]
+        if classified:
+            p.classified_success = float(np.mean(classified))
         if recent:
             p.recent_success = float(np.mean([e["success"] for e in recent]))
             p.recent_return = float(np.mean([e["return"] for e in recent]))
@@ -454,6 +533,16 @@ class Trainer:
         if self.replay is None:  # collocated: the new learner holds the buffer; point workers at it
             self.sink = self.learner
             self.pool.set_sink(self.sink, wait=False)
+
+    def _reward_stats(self) -> dict[str, Any] | None:
+        import ray
+
+        if self.reward_server is None:
+            return None
+        try:
+            return ray.get(self.reward_server.stats.remote(), timeout=30)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as err:
+            return {"error": _root_cause(err)}
 
     def _rollout_stats(self) -> dict[str, Any] | None:
         import ray
@@ -594,7 +683,8 @@ class Trainer:
                     pass
         # Free the run's resources now rather than when the handles are garbage collected,
         # so a following run in the same Ray session can be scheduled.
-        for actor in [eval_worker, *(getattr(self, name, None) for name in ("learner", "replay", "weights", "rollout_server"))]:
+        names = ("learner", "replay", "weights", "rollout_server", "reward_server")
+        for actor in [eval_worker, *(getattr(self, name, None) for name in names)]:
             if actor is not None:
                 try:
                     ray.kill(actor, no_restart=True)

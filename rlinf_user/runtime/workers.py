@@ -73,6 +73,7 @@ class WorkerPool:
         self.spec: dict[str, Any] | None = None
         self.sink = None
         self.rollout = None  # the rollout server, when one acts for the workers
+        self.reward_name: str | None = None  # the reward server's name, when the run has one
         self._last_check = 0.0
 
     # -- spawning ---------------------------------------------------------------------------
@@ -89,8 +90,9 @@ class WorkerPool:
     def _spawn(self, slot: Slot) -> None:
         seed = self.cfg.seed + 7919 * (slot.index + 1) + 104_729 * slot.generation
         slot.actor = self.actor_cls.options(**self._options(slot.member)).remote(
-            self.cfg, slot.index, self.weight_store, self.sink, seed, None, slot.member, self.spec, self.rollout
-        )
+            self.cfg, slot.index, self.weight_store, self.sink, seed, None, slot.member, self.spec, self.rollout,
+            self.reward_name,
+        )  # fmt: skip
         slot.status = "running"
 
     def available(self, slot: Slot) -> bool:

@@ -1,0 +1,1 @@
+"""Learned rewards: a success classifier for robots without a success sensor."""
