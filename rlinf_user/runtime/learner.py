@@ -63,7 +63,7 @@ class Learner:
         self.local_replay = None
         self.remote_replay = None
         if replay is None:  # collocated: the buffer lives in this process
-            from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos
+            from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos, reward_settings
 
             self.local_replay = ReplayService(
                 cfg.buffer.capacity,
@@ -74,6 +74,7 @@ class Learner:
                 interventions_as_demos=interventions_as_demos(cfg),
                 keep_full_log=bool(cfg.buffer.get("keep_full_log", False)),
                 segment_mb=float(cfg.buffer.get("segment_mb", 256.0)),
+                reward=reward_settings(cfg),
             )
         else:
             self.remote_replay = replay

@@ -41,6 +41,7 @@ class ReplayService:
         interventions_as_demos: bool = False,
         keep_full_log: bool = False,
         segment_mb: float = 256.0,
+        reward: dict | None = None,
     ):
         self.buffer = ReplayBuffer(
             capacity, directory, keep_full_log=keep_full_log, segment_bytes=int(segment_mb * 2**20)
@@ -49,6 +50,8 @@ class ReplayService:
         self.demos: ReplayBuffer | None = None
         if demo_path:
             self.demos = load_demo_buffer(demo_path, cameras)
+            if reward and reward.get("classifier"):
+                relabel_rewards(self.demos, reward)
         self.rng = np.random.default_rng(seed)
         self.lock = threading.Lock()
         self.rejected = 0
@@ -167,6 +170,36 @@ class ReplayService:
 
     def close(self) -> None:
         self.buffer.close()
+
+
+def reward_settings(cfg) -> dict | None:
+    """The run's learned-reward settings (``reward.*``) as a plain dict, or None."""
+    rw = cfg.get("reward")
+    if rw is None or not rw.classifier:
+        return None
+    return {"classifier": str(rw.classifier), "threshold": rw.threshold, "success_reward": float(rw.success_reward)}
+
+
+def relabel_rewards(buf: ReplayBuffer, reward: dict) -> None:
+    """Give demonstrations the reward the online steps get: the success classifier's
+    verdict on each transition's next observation (their recorded env reward is another
+    scale, or absent on a robot)."""
+    from rlinf_user.reward.classifier import SuccessClassifier
+
+    model, state = SuccessClassifier.load(reward["classifier"])
+    threshold = float(state["threshold"] if reward.get("threshold") is None else reward["threshold"])
+    st = buf.storage
+    missing = [k for k in model.cameras if f"next_obs/images/{k}" not in st]
+    if missing:
+        raise ValueError(f"demos: the reward classifier needs cameras {missing}, which the demonstrations lack")
+    positives = 0
+    for start in range(0, buf.size, 1024):
+        end = min(buf.size, start + 1024)
+        obs = {"state": st["next_obs/state"][start:end], "images": {k: st[f"next_obs/images/{k}"][start:end] for k in model.cameras}}
+        success = model.probability(obs) >= threshold
+        st["reward"][start:end] = reward["success_reward"] * success
+        positives += int(success.sum())
+    log.info("demos: rewards relabelled by the success classifier (%d of %d transitions successes)", positives, buf.size)
 
 
 def load_demo_buffer(path: str, cameras: list[str] | None = None) -> ReplayBuffer:

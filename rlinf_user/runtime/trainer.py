@@ -112,7 +112,7 @@ class Trainer:
         from rlinf_user.runtime.env_worker import EnvWorker
         from rlinf_user.runtime.fleet import members
         from rlinf_user.runtime.learner import Learner, latest_checkpoint
-        from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos
+        from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos, reward_settings
         from rlinf_user.runtime.weights import WeightStore
 
         cfg = self.cfg
@@ -166,6 +166,7 @@ class Trainer:
                     interventions_as_demos(cfg),
                     bool(cfg.buffer.get("keep_full_log", False)),
                     float(cfg.buffer.get("segment_mb", 256.0)),
+                    reward_settings(cfg),
                 )
             )
         self._learner_cls = ray.remote(Learner)

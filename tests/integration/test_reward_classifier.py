@@ -126,3 +126,20 @@ def test_training_run_takes_its_rewards_from_the_classifier_across_a_kill_9(clas
     expected = 2.0 * (model.probability({"state": t["next_obs/state"], "images": {}}) >= 0.5)
     np.testing.assert_allclose(t["reward"], expected)  # every stored reward is the classifier's verdict
     assert set(np.unique(t["reward"])) <= {0.0, 2.0}
+
+
+def test_demonstrations_get_the_classifier_reward(classifier):
+    from rlinf_user.runtime.replay_service import ReplayService
+
+    path, _, root = classifier
+    plain = ReplayService(100, None, str(root / "expert"))
+    svc = ReplayService(
+        100, None, str(root / "expert"), reward={"classifier": str(path), "threshold": None, "success_reward": 3.0}
+    )
+    st, n = svc.demos.storage, svc.demos.size
+    assert n == plain.demos.size > 0
+    assert not np.array_equal(st["reward"][:n], plain.demos.storage["reward"][:n])  # the env's dense reward is gone
+    model, _ = SuccessClassifier.load(path)
+    expected = 3.0 * (model.probability({"state": st["next_obs/state"][:n], "images": {}}) >= 0.5)
+    np.testing.assert_allclose(st["reward"][:n], expected)
+    assert expected.max() == 3.0  # the demonstrations reach success
