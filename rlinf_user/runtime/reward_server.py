@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,8 @@ class RewardServer:
         from rlinf_user.reward.classifier import SuccessClassifier
 
         torch.set_num_threads(1)
+        # requests arrive as read-only arrays (Ray's zero-copy reads); the classifier only reads them
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         self.model, state = SuccessClassifier.load(path)
         self.threshold = float(state["threshold"] if threshold is None else threshold)
         self.success_reward = float(success_reward)
