@@ -61,6 +61,7 @@ def main() -> None:
     import torch
 
     clf_metrics = torch.load(clf, weights_only=True)["metrics"]
+    clf_metrics["datasets"] = [Path(d).name for d in clf_metrics.get("datasets", [])]  # no machine paths in results
     runs = []
     for seed in args.seeds:
         name = f"learned_reward_s{seed}"
