@@ -437,9 +437,9 @@ class Trainer:
             "worker_restarts": p.worker_restarts,
             "learner_restarts": p.learner_restarts,
             "rollout_restarts": p.rollout_restarts,
-            "rollout_server": self._rollout_stats(),
+            "rollout_server": self._stats_of(self.rollout_server),
             "reward_restarts": p.reward_restarts,
-            "reward_server": self._reward_stats(),
+            "reward_server": self._stats_of(self.reward_server),
             "classified_success": p.classified_success,
             "members": self.member_stats(),
             "placement": self._where(),
@@ -535,23 +535,15 @@ class Trainer:
             self.sink = self.learner
             self.pool.set_sink(self.sink, wait=False)
 
-    def _reward_stats(self) -> dict[str, Any] | None:
+    @staticmethod
+    def _stats_of(server) -> dict[str, Any] | None:
+        """A service role's own counters (rollout, reward), or why they are missing."""
         import ray
 
-        if self.reward_server is None:
+        if server is None:
             return None
         try:
-            return ray.get(self.reward_server.stats.remote(), timeout=30)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as err:
-            return {"error": _root_cause(err)}
-
-    def _rollout_stats(self) -> dict[str, Any] | None:
-        import ray
-
-        if self.rollout_server is None:
-            return None
-        try:
-            return ray.get(self.rollout_server.stats.remote(), timeout=30)
+            return ray.get(server.stats.remote(), timeout=30)
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as err:
             return {"error": _root_cause(err)}
 
