@@ -221,6 +221,7 @@ class Trainer:
             raise RunError(f"reward.classifier={rw.classifier}: {_root_cause(err)}") from err
         self.pool.reward_name = name
         self._reward_ping = None
+        self._reward_pinged = 0.0
 
     def _watch_reward_server(self) -> None:
         """Replace a dead reward server under the same name: workers find it again."""
@@ -228,7 +229,10 @@ class Trainer:
 
         if self.reward_server is None:
             return
-        if self._reward_ping is None:
+        if self._reward_ping is None:  # a ping every few seconds, not every pass of the loop
+            if time.monotonic() - self._reward_pinged < 2.0:
+                return
+            self._reward_pinged = time.monotonic()
             self._reward_ping = self.reward_server.pid.remote()
             return
         ready, _ = ray.wait([self._reward_ping], timeout=0)
@@ -240,10 +244,7 @@ class Trainer:
             return
         except ray.exceptions.RayActorError:
             pass
-        p = self.progress
-        p.reward_restarts += 1
-        if p.reward_restarts > MAX_ROLLOUT_RESTARTS:
-            raise RunError(f"the reward server died {p.reward_restarts} times; continue with `rlinf-user train resume={self.run_dir}`")
+        self._count_restart("reward", MAX_ROLLOUT_RESTARTS)
         log.error("the reward server died; starting a new one")
         try:
             ray.kill(self.reward_server, no_restart=True)
@@ -258,6 +259,16 @@ class Trainer:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+
+    def _count_restart(self, role: str, limit: int, err: BaseException | None = None) -> None:
+        """Count one restart of ``role`` (``Progress.<role>_restarts``); past ``limit`` the run stops."""
+        n = getattr(self.progress, f"{role}_restarts") + 1
+        setattr(self.progress, f"{role}_restarts", n)
+        if n > limit:
+            last = f" (last: {_root_cause(err)})" if err is not None else ""
+            raise RunError(
+                f"the {role} died {n} times{last}; continue the run with `rlinf-user train resume={self.run_dir}`"
+            ) from err
 
     def _start_rollout_server(self) -> None:
         import ray
@@ -280,13 +291,7 @@ class Trainer:
             return
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
             pass
-        p = self.progress
-        p.rollout_restarts += 1
-        if p.rollout_restarts > MAX_ROLLOUT_RESTARTS:
-            raise RunError(
-                f"the rollout server died {p.rollout_restarts} times; continue the run with "
-                f"`rlinf-user train resume={self.run_dir}`"
-            )
+        self._count_restart("rollout", MAX_ROLLOUT_RESTARTS)
         log.error("the rollout server died; starting a new one")
         try:
             ray.kill(self.rollout_server, no_restart=True)
@@ -511,12 +516,7 @@ class Trainer:
         from rlinf_user.runtime.learner import latest_checkpoint
 
         p = self.progress
-        p.learner_restarts += 1
-        if p.learner_restarts > MAX_LEARNER_RESTARTS:
-            raise RunError(
-                f"the learner died {p.learner_restarts} times (last: {_root_cause(err)}); continue the run "
-                f"with `rlinf-user train resume={self.run_dir}`"
-            ) from err
+        self._count_restart("learner", MAX_LEARNER_RESTARTS, err)
         log.error("the learner died (%s); restarting it from its latest checkpoint", _root_cause(err))
         try:
             ray.kill(self.learner, no_restart=True)
