@@ -1,8 +1,11 @@
 """Online RL whose only reward is a learned success classifier (HIL-SERL's recipe).
 
 1. Record ``--demos`` episodes of gym_hil's pick task driven by the scripted expert through
-   the simulated SpaceMouse (block position random, so the classifier sees varied successes).
-2. ``rlinf-user train-reward`` on them.
+   the simulated SpaceMouse (block position random, so the classifier sees varied successes),
+   and ``--failures`` failed attempts the way an operator records negatives: near misses
+   (closing the gripper above the block and lifting it empty) and aimless wandering with
+   the gripper opening and closing.
+2. ``rlinf-user train-reward`` on both (a failed episode's frames are all negatives).
 3. ``rlinf-user train --sim gym_hil algo=rlpd demos=<episodes> reward.classifier=<classifier>``:
    the env's dense reward is replaced by the classifier's 0/1 verdict, online and on the
    demonstrations; evaluation still uses the simulator's own success.
@@ -10,7 +13,8 @@
 Reported: the classifier's held-out rates, and env steps / wall-clock to the target
 evaluation success with the classified success rate alongside.
 
-    python benchmarks/bench_learned_reward.py --seeds 0 --minutes 15
+    python benchmarks/bench_learned_reward.py --seeds 0 --minutes 15 --failures 20
+    python benchmarks/bench_learned_reward.py --failures 0 --ends-episode false   # exploited
 """
 
 from __future__ import annotations
@@ -22,24 +26,54 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 from machine import describe
+
+from rlinf_user.teleop.synthetic import PickCubeExpert
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def record(root: Path, episodes: int) -> None:
+class FailedAttempt:
+    """An operator recording negatives: per episode either a near miss (the expert's grasp
+    aimed ``dz`` above the block, so it closes on air and lifts) or smooth wandering with
+    the gripper toggled now and then."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.episode = -1
+        self.reset()
+
+    def reset(self) -> None:
+        self.episode += 1
+        self.near_miss = self.episode % 2 == 0
+        self.expert = PickCubeExpert(grasp_dz=float(self.rng.uniform(0.03, 0.06)))
+        self.drift = self.rng.uniform(-1, 1, 6)
+        self.grip = -1.0
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        if self.near_miss:
+            return self.expert(obs)
+        self.drift = 0.9 * self.drift + 0.1 * self.rng.uniform(-1, 1, 6)
+        if self.rng.random() < 0.05:
+            self.grip = -self.grip
+        return np.concatenate([np.clip(self.drift * 2, -1, 1), [self.grip]]).astype(np.float32)
+
+
+def record(root: Path, episodes: int, expert=None, seed: int = 0) -> None:
     from rlinf_user.data import lerobot_format as fmt
     from rlinf_user.data.lerobot_writer import LeRobotWriter
     from rlinf_user.robots.teleop.device import QueueSource
     from rlinf_user.robots.teleop.spacemouse import SpaceMouse
     from rlinf_user.sims.gym_hil import GymHilEnv
     from rlinf_user.teleop.record import Recorder
-    from rlinf_user.teleop.synthetic import PickCubeExpert, SpaceMouseHand, SyntheticHuman
+    from rlinf_user.teleop.synthetic import SpaceMouseHand, SyntheticHuman
 
     env = GymHilEnv("PandaPickCube", max_episode_steps=100, random_block_position=True)
     dev = SpaceMouse(QueueSource())
     w = LeRobotWriter(root, 10, fmt.contract_features(env.observation_space["state"].shape[0], {}, 10))
-    Recorder(env, dev, w, "pick", rate_hz=0, before_step=SyntheticHuman(SpaceMouseHand(dev), PickCubeExpert())).run(episodes, seed=0)
+    human = SyntheticHuman(SpaceMouseHand(dev), expert or PickCubeExpert())
+    Recorder(env, dev, w, "pick", rate_hz=0, before_step=human).run(episodes, seed=seed)
     env.close()
 
 
@@ -49,14 +83,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--demos", type=int, default=20)
+    ap.add_argument("--failures", type=int, default=20, help="failed attempts recorded as negatives (0: none)")
+    ap.add_argument(
+        "--ends-episode",
+        choices=["true", "false"],
+        default="true",
+        help="reward.ends_episode: a classified success ends the episode (HIL-SERL)",
+    )
     ap.add_argument("--minutes", type=float, default=15.0)
     ap.add_argument("--target", type=float, default=0.9)
-    ap.add_argument("--out", default=str(RESULTS / "learned_reward.json"))
+    ap.add_argument("--out", default=None, help="default: results/learned_reward[_successes_only][_no_end].json")
     args = ap.parse_args()
+    stem = (
+        "learned_reward"
+        + ("" if args.failures else "_successes_only")
+        + ("" if args.ends_episode == "true" else "_no_end")
+    )
+    args.out = args.out or str(RESULTS / f"{stem}.json")
     work = Path(tempfile.mkdtemp(prefix="learned-reward-"))
     demos, clf = work / "demos", work / "pick_success.pt"
     record(demos, args.demos)
-    if cli(["train-reward", str(demos), "--out", str(clf)]) != 0:
+    datasets = [str(demos)]
+    if args.failures:
+        record(work / "failures", args.failures, FailedAttempt(), seed=10_000)
+        datasets.append(str(work / "failures"))
+    if cli(["train-reward", *datasets, "--out", str(clf)]) != 0:
         raise SystemExit("train-reward failed")
     import torch
 
@@ -64,9 +115,10 @@ def main() -> None:
     clf_metrics["datasets"] = [Path(d).name for d in clf_metrics.get("datasets", [])]  # no machine paths in results
     runs = []
     for seed in args.seeds:
-        name = f"learned_reward_s{seed}"
+        name = f"{stem}_s{seed}"
         argv = [
             "train", "--sim", "gym_hil", "algo=rlpd", f"demos={demos}", f"reward.classifier={clf}", f"seed={seed}",
+            f"reward.ends_episode={args.ends_episode}",
             f"target_success={args.target}", f"max_wall_minutes={args.minutes}", "total_env_steps=1000000",
             "eval_every_steps=3000", "eval_episodes=10", f"run_root={work}", f"run_name={name}", "progress=false",
         ]  # fmt: skip
@@ -86,8 +138,11 @@ def main() -> None:
             "classified_success_recent": summary.get("classified_success"), "reward_server": summary.get("reward_server"),
         })  # fmt: skip
         print(json.dumps(runs[-1]), flush=True)
-    result = {"benchmark": "learned_reward", "task": "gym_hil PandaPickCube (fixed block), state", "demos": args.demos,
-              "classifier": clf_metrics, "target": args.target, "runs": runs, "machine": describe()}  # fmt: skip
+    result = {
+        "benchmark": "learned_reward", "task": "gym_hil PandaPickCube (fixed block), state", "demos": args.demos,
+        "failures": args.failures, "ends_episode": args.ends_episode == "true", "classifier": clf_metrics,
+        "target": args.target, "runs": runs, "machine": describe(),
+    }  # fmt: skip
     Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(f"wrote {args.out}")
 

@@ -48,6 +48,11 @@ class VectorEnv(Protocol):
         self, actions: np.ndarray
     ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]: ...
 
+    def end_episode(self, i: int) -> dict[str, Any]:
+        """End env ``i``'s episode now (a learned reward said success): reset it and
+        return its new first observation."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -91,6 +96,11 @@ class EnvBatch:
             np.asarray(truncs, dtype=bool),
             infos,
         )
+
+    def end_episode(self, i: int) -> dict[str, Any]:
+        self._episodes += 1
+        obs, _ = self.envs[i].reset()
+        return obs
 
     def close(self) -> None:
         for env in self.envs:

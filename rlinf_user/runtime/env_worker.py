@@ -119,6 +119,8 @@ class EnvWorker:
             from rlinf_user.runtime.reward_server import RewardClient
 
             self.reward = RewardClient(reward_name)
+        rw = cfg.get("reward")
+        self.reward_ends_episode = bool(rw is not None and rw.get("ends_episode", True))
         self.adapter = None
         self.rng = np.random.default_rng(seed)
         self.obs = self.envs.reset(seed=seed)
@@ -257,6 +259,8 @@ class EnvWorker:
             if self.reward is not None:  # the learned reward replaces the env's
                 rewards, classified = self.reward.score(self._own_next(next_obs, terms, truncs, infos))
                 self.episode_classified |= classified
+                if self.reward_ends_episode:
+                    terms = self._end_classified(classified, next_obs, terms, truncs, infos)
             fleet_next = self.adapter.obs(next_obs)
             version = self.version
             for i in range(self.envs.num_envs):
@@ -312,6 +316,24 @@ class EnvWorker:
             "supervisor_lost": None if self.supervisor is None else self.supervisor.lost,
             "rollout_lost": lost,
         }
+
+    def _end_classified(self, classified, next_obs, terms, truncs, infos) -> np.ndarray:
+        """A step the classifier calls a success ends its episode (HIL-SERL's rule: a
+        reward that kept paying while the robot stays put would teach it to stay put).
+        The env is reset in place: ``next_obs`` gets the new episode's first observation,
+        ``infos`` the final one, and the step counts as terminated."""
+        terms = np.array(terms, dtype=bool)
+        for i in np.flatnonzero(np.asarray(classified, dtype=bool) & ~terms & ~np.asarray(truncs, dtype=bool)):
+            final = {part: {k: np.array(v) for k, v in vals.items()} if isinstance(vals, dict) else np.array(vals)
+                     for part, vals in index_obs(next_obs, int(i)).items()}  # fmt: skip
+            first = self.envs.end_episode(int(i))
+            next_obs["state"][i] = first["state"]
+            for part in ("images", "timestamps"):
+                for k in next_obs[part]:
+                    next_obs[part][k][i] = first[part][k]
+            infos[i] = {**infos[i], "final_obs": final, "ended_by": "reward_classifier"}
+            terms[i] = True
+        return terms
 
     def _own_next(self, next_obs, terms, truncs, infos) -> dict[str, Any]:
         """Each env's observation after the step (the final one where an episode ended), in

@@ -177,13 +177,17 @@ def reward_settings(cfg) -> dict | None:
     rw = cfg.get("reward")
     if rw is None or not rw.classifier:
         return None
-    return {"classifier": str(rw.classifier), "threshold": rw.threshold, "success_reward": float(rw.success_reward)}
+    return {
+        "classifier": str(rw.classifier), "threshold": rw.threshold, "success_reward": float(rw.success_reward),
+        "ends_episode": bool(rw.get("ends_episode", True)),
+    }  # fmt: skip
 
 
 def relabel_rewards(buf: ReplayBuffer, reward: dict) -> None:
     """Give demonstrations the reward the online steps get: the success classifier's
     verdict on each transition's next observation (their recorded env reward is another
-    scale, or absent on a robot)."""
+    scale, or absent on a robot). With ``ends_episode`` a classified success is also
+    terminal, as it is online."""
     from rlinf_user.reward.classifier import SuccessClassifier
 
     model, state = SuccessClassifier.load(reward["classifier"])
@@ -198,6 +202,8 @@ def relabel_rewards(buf: ReplayBuffer, reward: dict) -> None:
         obs = {"state": st["next_obs/state"][start:end], "images": {k: st[f"next_obs/images/{k}"][start:end] for k in model.cameras}}
         success = model.probability(obs) >= threshold
         st["reward"][start:end] = reward["success_reward"] * success
+        if reward.get("ends_episode", True):
+            st["terminated"][start:end] = np.maximum(st["terminated"][start:end], success)
         positives += int(success.sum())
     log.info("demos: rewards relabelled by the success classifier (%d of %d transitions successes)", positives, buf.size)
 

@@ -7,8 +7,9 @@ runs a :class:`WeightServer`: ``publish`` copies the changed tensors into stagin
 the server owns (reused from version to version, so their memory is warm), and a worker's
 :class:`WeightStreamClient` asks for "everything newer than the version I hold" over one
 persistent connection and receives each tensor straight into a buffer of its own with
-``recv_into`` (no intermediate copy, the GIL released while the bytes move). The server
-starts sending a tensor as soon as it is staged, so staging and sending overlap.
+``recv_into`` (no intermediate copy, the GIL released while the bytes move). Staging goes
+in blocks of a few MB and the server sends each block as soon as it is staged, so staging
+and sending overlap and a block is usually still in cache when the kernel copies it out.
 
 A version is consistent: the server pins, at the moment a request arrives, the staged
 buffer of every requested tensor; a later publish stages into other buffers and never
@@ -94,7 +95,7 @@ def _as_bytes(arr: np.ndarray) -> memoryview:
 class _Slot:
     data: np.ndarray
     version: int = -1
-    ready: bool = False
+    filled: int = 0  # bytes of ``data`` staged for ``version`` so far
     pins: int = 0
 
 
@@ -132,17 +133,27 @@ class WeightServer:
             for name, t in tensors.items():
                 self._current[name] = self._free_slot(name, _bits(t))
                 self._current[name].version = version
-                self._current[name].ready = False
+                self._current[name].filled = 0
             self.version = version
 
     def fill(self, tensors: dict[str, torch.Tensor]) -> None:
         for name, t in tensors.items():
             slot = self._current[name]
             src = _bits(t.detach())
-            torch.from_numpy(slot.data).copy_(src.reshape(slot.data.shape))
-            with self._cv:
-                slot.ready = True
-                self._cv.notify_all()
+            if src.device.type != "cpu" or not src.is_contiguous():  # one copy (device-to-host)
+                torch.from_numpy(slot.data).copy_(src.reshape(slot.data.shape))
+                self._staged(slot, slot.data.nbytes)
+                continue
+            dst = torch.from_numpy(slot.data.reshape(-1).view(np.uint8))
+            src = src.reshape(-1).view(torch.uint8)
+            for i in range(0, dst.numel(), BLOCK):
+                dst[i : i + BLOCK].copy_(src[i : i + BLOCK])
+                self._staged(slot, min(i + BLOCK, dst.numel()))
+
+    def _staged(self, slot: _Slot, upto: int) -> None:
+        with self._cv:
+            slot.filled = upto
+            self._cv.notify_all()
 
     def _free_slot(self, name: str, t: torch.Tensor) -> _Slot:
         dtype = torch.empty((), dtype=t.dtype).numpy().dtype
@@ -201,11 +212,7 @@ class WeightServer:
                 conn, {"version": version, "tensors": [[n, s.data.dtype.str, list(s.data.shape)] for n, s in items]}
             )
             for i, (_, slot) in enumerate(items):
-                with self._cv:
-                    self._cv.wait_for(lambda s=slot: s.ready or self._closed)
-                if self._closed:
-                    raise ConnectionError("weight server closed")
-                _send_all(conn, _as_bytes(slot.data))
+                self._send_slot(conn, slot)
                 with self._cv:
                     slot.pins -= 1
                 items[i] = (None, None)
@@ -214,6 +221,19 @@ class WeightServer:
                 for _, s in items:
                     if s is not None:
                         s.pins -= 1
+
+    def _send_slot(self, conn: socket.socket, slot: _Slot) -> None:
+        """Send a pinned slot's bytes, each block once it is staged."""
+        view = _as_bytes(slot.data)
+        sent = 0
+        while sent < view.nbytes:
+            with self._cv:
+                self._cv.wait_for(lambda: slot.filled > sent or self._closed)
+                upto = slot.filled
+            if self._closed:
+                raise ConnectionError("weight server closed")
+            _send_all(conn, view[sent:upto])
+            sent = upto
 
     def close(self) -> None:
         self._closed = True

@@ -120,12 +120,19 @@ def test_training_run_takes_its_rewards_from_the_classifier_across_a_kill_9(clas
     assert killed and summary["reward_restarts"] == 1 and summary["worker_restarts"] == 0, summary
     assert summary["reward_server"]["calls"] > 0  # the replacement scored the rest of the run
     chunks = list(RecordLog(run_dir / "buffer").read_all())
-    t = {k: np.concatenate([c[k] for c in chunks]) for k in ("reward", "next_obs/state")}
+    t = {k: np.concatenate([c[k] for c in chunks]) for k in ("reward", "next_obs/state", "obs/state", "terminated", "env_id")}
     assert len(t["reward"]) >= progress.env_steps  # no step lost to the crash
     model, _ = SuccessClassifier.load(path)
     expected = 2.0 * (model.probability({"state": t["next_obs/state"], "images": {}}) >= 0.5)
     np.testing.assert_allclose(t["reward"], expected)  # every stored reward is the classifier's verdict
     assert set(np.unique(t["reward"])) <= {0.0, 2.0}
+    success = t["reward"] > 0
+    assert success.any() and (t["terminated"][success] == 1).all()  # a classified success ends its episode
+    for env in np.unique(t["env_id"]):  # ... and the env starts a new one on the next step
+        rows = np.flatnonzero(t["env_id"] == env)
+        for j, nxt in zip(rows[:-1], rows[1:]):
+            if success[j]:
+                assert not np.allclose(t["obs/state"][nxt], t["next_obs/state"][j])
 
 
 def test_demonstrations_get_the_classifier_reward(classifier):
@@ -143,3 +150,9 @@ def test_demonstrations_get_the_classifier_reward(classifier):
     expected = 3.0 * (model.probability({"state": st["next_obs/state"][:n], "images": {}}) >= 0.5)
     np.testing.assert_allclose(st["reward"][:n], expected)
     assert expected.max() == 3.0  # the demonstrations reach success
+    success = expected > 0
+    assert (st["terminated"][:n][success] == 1).all()  # a classified success is terminal, as online
+    kept = ReplayService(100, None, str(root / "expert"), reward={
+        "classifier": str(path), "threshold": None, "success_reward": 3.0, "ends_episode": False})  # fmt: skip
+    np.testing.assert_array_equal(kept.demos.storage["terminated"][:n], plain.demos.storage["terminated"][:n])
+    assert (plain.demos.storage["terminated"][:n][success] == 0).any()  # so ends_episode changed something

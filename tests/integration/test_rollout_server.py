@@ -100,39 +100,16 @@ def test_bad_rollout_settings_are_named():
 # -- training with a rollout server -----------------------------------------------------------
 pytest.importorskip("mani_skill")
 
+from run_helpers import pushcube_cfg, transitions  # noqa: E402
+
 
 def train_cfg(tmp_path, *extra):
-    cfg = compose_config(
-        [
-            "env.task=PushCube-v1",
-            "total_env_steps=1600",
-            "algo.learning_starts=200",
-            "algo.batch_size=64",
-            "policy.hidden=[64,64]",
-            "eval_every_steps=800",
-            "eval_episodes=2",
-            "checkpoint_every_steps=800",
-            "publish_every_updates=10",
-            "buffer.chunk_steps=25",
-            "placement.num_env_workers=2",
-            "placement.envs_per_worker=2",
-            "placement.rollout.enabled=true",
-            f"run_root={tmp_path}",
-            "run_name=r",
-            "progress=false",
-            *extra,
-        ],
-        sim="maniskill",
-    )
-    validate(cfg)
-    return cfg
-
-
-def _transitions(run_dir):
-    from rlinf_user.data.record_log import RecordLog
-
-    chunks = list(RecordLog(run_dir / "buffer").read_all())
-    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    """2 workers x 2 envs whose training steps all go through the rollout server."""
+    return pushcube_cfg(
+        tmp_path, "total_env_steps=1600", "algo.learning_starts=200", "eval_every_steps=800",
+        "checkpoint_every_steps=800", "placement.num_env_workers=2", "placement.envs_per_worker=2",
+        "placement.rollout.enabled=true", *extra,
+    )  # fmt: skip
 
 
 def _check_versions_and_episodes(t, max_len):
@@ -177,7 +154,7 @@ def test_training_through_the_rollout_server_and_kill_9_of_it(tmp_path, ray_runt
     server = summary["rollout_server"]  # the new server's own numbers
     assert server["requests"] > 0 and server["policy_version"] > killed["version"]
     assert summary["placement"]["rollout"]
-    t = _transitions(run_dir)
+    t = transitions(run_dir)
     assert len(t["reward"]) >= progress.env_steps  # nothing the workers stepped was lost
     served = t["policy_version"][t["policy_version"] >= 0]
     assert served.size > 0 and served.max() > killed["version"]  # actions from the new server's weights

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("mani_skill")
 
-from rlinf_user.config.compose import compose_config, validate  # noqa: E402
-from rlinf_user.data.record_log import RecordLog  # noqa: E402
+from run_helpers import pushcube_cfg, transitions  # noqa: E402
+
 from rlinf_user.rundir import create_run_dir  # noqa: E402
 from rlinf_user.runtime.trainer import Trainer  # noqa: E402
 
@@ -22,38 +22,9 @@ def ray_runtime():
     ray.shutdown()
 
 
-def short_cfg(tmp_path, *extra):
-    cfg = compose_config(
-        [
-            "env.task=PushCube-v1",
-            "total_env_steps=1200",
-            "algo.learning_starts=300",
-            "algo.batch_size=64",
-            "policy.hidden=[64,64]",
-            "eval_every_steps=600",
-            "eval_episodes=2",
-            "checkpoint_every_steps=600",
-            "publish_every_updates=10",
-            "buffer.chunk_steps=25",
-            f"run_root={tmp_path}",
-            "run_name=r",
-            "progress=false",
-            *extra,
-        ],
-        sim="maniskill",
-    )
-    validate(cfg)
-    return cfg
-
-
-def _transitions(run_dir):
-    chunks = list(RecordLog(run_dir / "buffer").read_all())
-    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-
-
 @pytest.mark.parametrize("placement", ["collocated", "disaggregated"])
 def test_async_training_run_writes_a_complete_run_dir(tmp_path, ray_runtime, placement):
-    cfg = short_cfg(tmp_path, f"placement={placement}")
+    cfg = pushcube_cfg(tmp_path, f"placement={placement}")
     run_dir = create_run_dir(cfg)
     trainer = Trainer(cfg, run_dir)
     try:
@@ -69,7 +40,7 @@ def test_async_training_run_writes_a_complete_run_dir(tmp_path, ray_runtime, pla
     assert summary["env_steps"] == progress.env_steps and 0.0 <= summary["final_eval_success"] <= 1.0
     assert (run_dir / "eval" / "history.csv").read_text().count("\n") >= 3
     # every stored transition says which policy version acted and that no human did
-    t = _transitions(run_dir)
+    t = transitions(run_dir)
     assert len(t["reward"]) == progress.env_steps
     assert t["intervention"].dtype == bool and not t["intervention"].any()
     versions = t["policy_version"]
@@ -83,15 +54,15 @@ def test_async_training_run_writes_a_complete_run_dir(tmp_path, ray_runtime, pla
 
 
 def test_resume_continues_learner_and_buffer(tmp_path, ray_runtime):
-    cfg = short_cfg(tmp_path)
+    cfg = pushcube_cfg(tmp_path)
     run_dir = create_run_dir(cfg)
     first = Trainer(cfg, run_dir)
     try:
         p1 = first.run()
     finally:
         first.close()
-    stored = len(_transitions(run_dir)["reward"])
-    resumed = short_cfg(tmp_path, f"resume={run_dir}", "total_env_steps=2000")
+    stored = len(transitions(run_dir)["reward"])
+    resumed = pushcube_cfg(tmp_path, f"resume={run_dir}", "total_env_steps=2000")
     create_run_dir(resumed)
     second = Trainer(resumed, run_dir)
     try:
@@ -103,7 +74,7 @@ def test_resume_continues_learner_and_buffer(tmp_path, ray_runtime):
     assert p2.version > p1.version  # the version sequence is unbroken
     summary = json.loads((run_dir / "eval" / "summary.json").read_text())
     assert summary["replay"]["restored"] == stored
-    versions = _transitions(run_dir)["policy_version"]
+    versions = transitions(run_dir)["policy_version"]
     assert versions[stored:].min() >= p1.version
 
 
@@ -113,7 +84,7 @@ def test_killed_env_worker_is_restarted(tmp_path, ray_runtime):
 
     import ray
 
-    cfg = short_cfg(tmp_path, "total_env_steps=1500")
+    cfg = pushcube_cfg(tmp_path, "total_env_steps=1500")
     run_dir = create_run_dir(cfg)
     trainer = Trainer(cfg, run_dir)
     killed = []
@@ -131,7 +102,7 @@ def test_killed_env_worker_is_restarted(tmp_path, ray_runtime):
     assert killed and progress.worker_restarts == 1
     assert trainer.pool.slots[0].restarts == 1 and trainer.pool.slots[0].status == "running"
     assert progress.env_steps >= 1500
-    t = _transitions(run_dir)
+    t = transitions(run_dir)
     assert np.isfinite(t["obs/state"]).all()
 
 
@@ -145,7 +116,7 @@ def test_learner_killed_with_sigkill_comes_back_and_loses_no_data(tmp_path, ray_
 
     import ray
 
-    cfg = short_cfg(tmp_path, f"placement={placement}", "total_env_steps=1800", "checkpoint_every_steps=300")
+    cfg = pushcube_cfg(tmp_path, f"placement={placement}", "total_env_steps=1800", "checkpoint_every_steps=300")
     run_dir = create_run_dir(cfg)
     trainer = Trainer(cfg, run_dir)
     killed: dict = {}
@@ -164,6 +135,6 @@ def test_learner_killed_with_sigkill_comes_back_and_loses_no_data(tmp_path, ray_
     assert killed and summary["learner_restarts"] == 1, summary
     assert summary["policy_version"] > killed["version"]  # the sequence went on, never back
     assert progress.env_steps >= 1800 and summary["updates"] > 0
-    t = _transitions(run_dir)
+    t = transitions(run_dir)
     assert len(t["reward"]) >= progress.env_steps  # nothing lost (a resent chunk may appear twice)
     assert t["policy_version"].max() > killed["version"]  # workers got the restarted learner's weights

@@ -66,3 +66,18 @@ def test_nan_observation_is_an_error_not_data():
     env.step(np.zeros(7))
     with pytest.raises(ContractError, match="NaN"):
         env.step(np.zeros(7))
+
+
+def test_a_batch_ends_one_episode_on_request_and_leaves_the_others():
+    from rlinf_user.env.vector import EnvBatch
+
+    batch = EnvBatch([PointMass, PointMass])
+    batch.reset(seed=0)
+    obs, *_ = batch.step(np.tile([1.0, 0, 0, 0, 0, 0, 0], (2, 1)))
+    np.testing.assert_allclose(obs["state"][:, 0], [0.1, 0.1])
+    first = batch.end_episode(1)  # e.g. a learned reward said success
+    np.testing.assert_allclose(first["state"], [0.0, 0.0, 0.0])
+    assert batch.envs[1].t == 0 and batch.envs[0].t == 1
+    obs, _, terms, truncs, _ = batch.step(np.tile([1.0, 0, 0, 0, 0, 0, 0], (2, 1)))
+    np.testing.assert_allclose(obs["state"][:, 0], [0.0, 0.1])  # env 0 reached success and was auto-reset
+    assert terms.tolist() == [True, False] and not truncs.any()

@@ -46,6 +46,29 @@ def test_a_pinned_buffer_is_not_overwritten_by_later_versions(server):
     assert (got["w"] == 4).all()
 
 
+def test_a_worker_asking_mid_staging_gets_each_block_once_staged(server):
+    """Staging goes block by block and the server sends what is staged: a request that
+    arrives before the copies are done still gets the whole version, byte for byte."""
+    import threading
+
+    from rlinf_user.runtime import weight_stream
+
+    big = torch.randn(3 * weight_stream.BLOCK // 4 + 123)  # fp32: 3 blocks and a bit
+    half = torch.randn(7, 5).to(torch.bfloat16)
+    tensors = {"big": big, "half": half}
+    server.begin(0, tensors)  # announced, nothing staged yet
+    result = {}
+    t = threading.Thread(target=lambda: result.update(got=WeightStreamClient().fetch(server.endpoint(), -1)))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive()  # waiting for the first block
+    server.fill(tensors)
+    t.join(10)
+    version, got = result["got"]
+    assert version == 0 and torch.equal(got["big"], big)
+    assert torch.equal(got["half"].view(torch.bfloat16), half)
+
+
 def hung_up(sock: socket.socket) -> bool:
     try:
         return sock.recv(1) == b""
