@@ -8,7 +8,10 @@ from the learner's ``publish`` call to the worker having the new tensors in its 
 
 * ``cnn5m``: the CNN policy (one 112x112 camera, ~5M parameters, fp32); target <= 50 ms;
 * ``llm1b``: 1B parameters in bf16 (2 GB; a stack of linear layers); target >= 80% of the
-  loopback bandwidth, measured here with a plain TCP socket pair;
+  loopback bandwidth, measured here with a plain TCP socket pair (2 GiB, ``--repeats``
+  times before the models and again after, since a shared machine's loopback drifts;
+  the fraction is taken against the median of all of them; for the 1B models a loopback
+  run also precedes every timed version, giving a paired fraction per version);
 * ``frozen1b``: the same model with only its last layer trained (``changed_only``).
 
 Both transports are measured: ``tcp`` (the learner serves its tensors, the worker pulls
@@ -151,13 +154,16 @@ def measure(kind: str, transport: str, repeats: int, node_resources: dict, warmu
         done = worker.wait_for.remote(v)
         ray.get(learner.step_and_publish.remote(v))
         ray.get(done)
-    lat, stats, phases = [], [], []
+    lat, stats, phases, paired = [], [], [], []
     for v in range(warmup + 1, warmup + repeats + 1):
+        bw = loopback_bandwidth() if "1b" in kind else None  # the link as it is right now
         done = worker.wait_for.remote(v)
         t0, st = ray.get(learner.step_and_publish.remote(v))
         t1, timing = ray.get(done)
         lat.append(t1 - t0)
         stats.append(st)
+        if bw:
+            paired.append(st["bytes"] / (t1 - t0) / bw)
         # publish call -> the store has the version, and from there to answered/fetched/applied
         t_pub = t1 - timing["applied"]
         phases.append({"published": t_pub - t0, **{k: x + (t_pub - t0) for k, x in timing.items()}})
@@ -173,6 +179,8 @@ def measure(kind: str, transport: str, repeats: int, node_resources: dict, warmu
         "median_ms": round(float(np.median(lat_arr)) * 1e3, 1), "p99_ms": round(float(np.percentile(lat_arr, 99)) * 1e3, 1),
         "phases_median_ms": {k: round(float(np.median([p[k] for p in phases])) * 1e3, 1) for k in phases[0]},
         "effective_bytes_per_s_median": nbytes / float(np.median(lat_arr)),
+        **({"paired_fraction_of_loopback": [round(f, 3) for f in paired],
+            "paired_fraction_median": round(float(np.median(paired)), 3)} if paired else {}),
     }  # fmt: skip
 
 
@@ -213,7 +221,7 @@ def main() -> None:
     from ray.cluster_utils import Cluster
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    bw = [loopback_bandwidth() for _ in range(3)]
+    bw = [loopback_bandwidth() for _ in range(args.repeats)]
     wire = stream_only(args.repeats) if "tcp" in args.transports else None
     store_mem = 5 * 2**30  # two 2 GB versions in flight per node
     cluster = Cluster(
@@ -227,6 +235,7 @@ def main() -> None:
     finally:
         ray.shutdown()
         cluster.shutdown()
+    bw += [loopback_bandwidth() for _ in range(args.repeats)]
     loop = float(np.median(bw))
     for r in rows:
         r["fraction_of_loopback"] = round(r["effective_bytes_per_s_median"] / loop, 3)
@@ -243,12 +252,13 @@ def main() -> None:
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "weight_sync.json").write_text(json.dumps(out, indent=2))
-    print(f"loopback: {loop / 2**30:.2f} GiB/s")
+    print(f"loopback: {loop / 2**30:.2f} GiB/s (median; {min(bw) / 2**30:.2f}-{max(bw) / 2**30:.2f} over {len(bw)} runs)")
     if wire:
         print(f"tcp wire alone (1B staged): {wire['median_s'] * 1e3:.0f} ms, {wire['bytes_per_s_median'] / loop:.0%} of loopback")
     for r in rows:
         print(f"{r['transport']:<4}{r['model']:<9} {r['parameters'] / 1e6:8.1f}M params, {r['bytes_sent_per_version'] / 2**20:8.1f} MiB sent: "
-              f"median {r['median_ms']} ms, p99 {r['p99_ms']} ms, {r['fraction_of_loopback']:.0%} of loopback")  # fmt: skip
+              f"median {r['median_ms']} ms, p99 {r['p99_ms']} ms, {r['fraction_of_loopback']:.0%} of loopback"
+              + (f" (paired: {r['paired_fraction_median']:.0%})" if "paired_fraction_median" in r else ""))  # fmt: skip
 
 
 if __name__ == "__main__":
