@@ -8,13 +8,15 @@
 2. ``rlinf-user train-reward`` on both (a failed episode's frames are all negatives).
 3. ``rlinf-user train --sim gym_hil algo=rlpd demos=<episodes> reward.classifier=<classifier>``:
    the env's dense reward is replaced by the classifier's 0/1 verdict, online and on the
-   demonstrations; evaluation still uses the simulator's own success.
+   demonstrations; evaluation still uses the simulator's own success. ``--supervisor``
+   adds HIL-SERL's third part: the scripted supervisor on the simulated SpaceMouse takes
+   over when the task stalls.
 
 Reported: the classifier's held-out rates, and env steps / wall-clock to the target
 evaluation success with the classified success rate alongside.
 
     python benchmarks/bench_learned_reward.py --seeds 0 --minutes 15 --failures 20
-    python benchmarks/bench_learned_reward.py --failures 0 --ends-episode false   # exploited
+    python benchmarks/bench_learned_reward.py --failures 0 --last-frames 3   # exploited
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from machine import describe
 
 from rlinf_user.teleop.synthetic import PickCubeExpert
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent / "results" / "learned_reward"
 
 
 class FailedAttempt:
@@ -87,19 +89,33 @@ def main() -> None:
     ap.add_argument(
         "--ends-episode",
         choices=["true", "false"],
-        default="true",
+        default="false",
         help="reward.ends_episode: a classified success ends the episode (HIL-SERL)",
     )
     ap.add_argument("--minutes", type=float, default=15.0)
+    ap.add_argument(
+        "--last-frames", type=int, default=1,
+        help="train-reward --last-frames (1: the sim flags the success frame itself, no reaction time to cover)",
+    )  # fmt: skip
+    ap.add_argument("--gamma", type=float, default=None, help="algo.gamma (default: the sim config's)")
+    ap.add_argument(
+        "--supervisor",
+        action="store_true",
+        help="HIL-SERL's whole recipe: the scripted supervisor takes over on a stall (intervention.*)",
+    )
     ap.add_argument("--target", type=float, default=0.9)
-    ap.add_argument("--out", default=None, help="default: results/learned_reward[_successes_only][_no_end].json")
+    ap.add_argument("--out", default=None, help="default: results/learned_reward/learned_reward[_variant...].json")
     args = ap.parse_args()
     stem = (
         "learned_reward"
         + ("" if args.failures else "_successes_only")
-        + ("" if args.ends_episode == "true" else "_no_end")
+        + ("_end" if args.ends_episode == "true" else "")
+        + (f"_gamma{args.gamma}" if args.gamma else "")
+        + ("_supervisor" if args.supervisor else "")
+        + (f"_last{args.last_frames}" if args.last_frames != 1 else "")
     )
     args.out = args.out or str(RESULTS / f"{stem}.json")
+    RESULTS.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="learned-reward-"))
     demos, clf = work / "demos", work / "pick_success.pt"
     record(demos, args.demos)
@@ -107,7 +123,7 @@ def main() -> None:
     if args.failures:
         record(work / "failures", args.failures, FailedAttempt(), seed=10_000)
         datasets.append(str(work / "failures"))
-    if cli(["train-reward", *datasets, "--out", str(clf)]) != 0:
+    if cli(["train-reward", *datasets, "--out", str(clf), "--last-frames", str(args.last_frames)]) != 0:
         raise SystemExit("train-reward failed")
     import torch
 
@@ -118,7 +134,8 @@ def main() -> None:
         name = f"{stem}_s{seed}"
         argv = [
             "train", "--sim", "gym_hil", "algo=rlpd", f"demos={demos}", f"reward.classifier={clf}", f"seed={seed}",
-            f"reward.ends_episode={args.ends_episode}",
+            f"reward.ends_episode={args.ends_episode}", *([f"algo.gamma={args.gamma}"] if args.gamma else []),
+            *(["intervention.enabled=true", "intervention.synthetic_human=true"] if args.supervisor else []),
             f"target_success={args.target}", f"max_wall_minutes={args.minutes}", "total_env_steps=1000000",
             "eval_every_steps=3000", "eval_episodes=10", f"run_root={work}", f"run_name={name}", "progress=false",
         ]  # fmt: skip
@@ -140,7 +157,8 @@ def main() -> None:
         print(json.dumps(runs[-1]), flush=True)
     result = {
         "benchmark": "learned_reward", "task": "gym_hil PandaPickCube (fixed block), state", "demos": args.demos,
-        "failures": args.failures, "ends_episode": args.ends_episode == "true", "classifier": clf_metrics,
+        "failures": args.failures, "ends_episode": args.ends_episode == "true", "gamma": args.gamma,
+        "supervisor": args.supervisor, "last_frames": args.last_frames, "classifier": clf_metrics,
         "target": args.target, "runs": runs, "machine": describe(),
     }  # fmt: skip
     Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")

@@ -91,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     rw.add_argument("datasets", nargs="+", help="LeRobot datasets (teleop demonstrations, HG-DAgger sessions)")
     rw.add_argument("--out", required=True, help="where to write the classifier (.pt)")
     rw.add_argument("--steps", type=int, default=2000, help="gradient steps (default 2000)")
-    rw.add_argument("--last-frames", type=int, default=3, help="final frames of a successful episode labelled success")
+    rw.add_argument(
+        "--last-frames", type=int, default=3,
+        help="final frames of a successful episode labelled success (covers a person's delay on the success "
+        "control; 1 where the env flags the success frame itself, as simulators do)",
+    )  # fmt: skip
     rw.add_argument("--threshold", type=float, default=0.5, help="probability above which a frame counts as success")
     rw.add_argument("--val-fraction", type=float, default=0.25, help="episodes held out for validation")
     rw.add_argument("--encoder", choices=["mlp", "cnn"], help="default: cnn when the datasets have cameras")

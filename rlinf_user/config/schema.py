@@ -240,9 +240,10 @@ class RewardConfig:
     classifier: str | None = None
     threshold: float | None = None  # None: the one stored with the classifier
     success_reward: float = 1.0
-    # a step classified a success ends the episode (terminated, env reset), as in HIL-SERL;
-    # false: it only pays, and a state the classifier mistakes for success pays every step
-    ends_episode: bool = True
+    # true: a step classified a success ends the episode (terminated, env reset), as in
+    # HIL-SERL. Off by default: a classifier that fires a step or two before the real
+    # success then cuts every episode short of it (see the README's learned-reward results)
+    ends_episode: bool = False
 
 
 @dataclass

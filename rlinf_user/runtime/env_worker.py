@@ -120,7 +120,7 @@ class EnvWorker:
 
             self.reward = RewardClient(reward_name)
         rw = cfg.get("reward")
-        self.reward_ends_episode = bool(rw is not None and rw.get("ends_episode", True))
+        self.reward_ends_episode = bool(rw is not None and rw.get("ends_episode", False))
         self.adapter = None
         self.rng = np.random.default_rng(seed)
         self.obs = self.envs.reset(seed=seed)
@@ -318,9 +318,8 @@ class EnvWorker:
         }
 
     def _end_classified(self, classified, next_obs, terms, truncs, infos) -> np.ndarray:
-        """A step the classifier calls a success ends its episode (HIL-SERL's rule: a
-        reward that kept paying while the robot stays put would teach it to stay put).
-        The env is reset in place: ``next_obs`` gets the new episode's first observation,
+        """With ``reward.ends_episode``, a step the classifier calls a success ends its
+        episode (HIL-SERL's rule). The env is reset in place: ``next_obs`` gets the new episode's first observation,
         ``infos`` the final one, and the step counts as terminated."""
         terms = np.array(terms, dtype=bool)
         for i in np.flatnonzero(np.asarray(classified, dtype=bool) & ~terms & ~np.asarray(truncs, dtype=bool)):

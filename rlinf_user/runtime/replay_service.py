@@ -179,7 +179,7 @@ def reward_settings(cfg) -> dict | None:
         return None
     return {
         "classifier": str(rw.classifier), "threshold": rw.threshold, "success_reward": float(rw.success_reward),
-        "ends_episode": bool(rw.get("ends_episode", True)),
+        "ends_episode": bool(rw.get("ends_episode", False)),
     }  # fmt: skip
 
 
@@ -202,7 +202,7 @@ def relabel_rewards(buf: ReplayBuffer, reward: dict) -> None:
         obs = {"state": st["next_obs/state"][start:end], "images": {k: st[f"next_obs/images/{k}"][start:end] for k in model.cameras}}
         success = model.probability(obs) >= threshold
         st["reward"][start:end] = reward["success_reward"] * success
-        if reward.get("ends_episode", True):
+        if reward.get("ends_episode", False):
             st["terminated"][start:end] = np.maximum(st["terminated"][start:end], success)
         positives += int(success.sum())
     log.info("demos: rewards relabelled by the success classifier (%d of %d transitions successes)", positives, buf.size)

@@ -228,7 +228,7 @@ class WeightServer:
         sent = 0
         while sent < view.nbytes:
             with self._cv:
-                self._cv.wait_for(lambda: slot.filled > sent or self._closed)
+                self._cv.wait_for(lambda sent=sent: slot.filled > sent or self._closed)
                 upto = slot.filled
             if self._closed:
                 raise ConnectionError("weight server closed")

@@ -94,7 +94,8 @@ def test_training_run_takes_its_rewards_from_the_classifier_across_a_kill_9(clas
     path, _, _ = classifier
     cfg = compose_config(
         [
-            f"reward.classifier={path}", "reward.success_reward=2.0", "env.kwargs.random_block_position=true",
+            f"reward.classifier={path}", "reward.success_reward=2.0", "reward.ends_episode=true",
+            "env.kwargs.random_block_position=true",
             "env.max_episode_steps=40", "total_env_steps=1200", "algo.learning_starts=200", "algo.batch_size=64",
             "policy.hidden=[64,64]", "eval_every_steps=100000", "eval_episodes=1", "checkpoint_every_steps=100000",
             "buffer.chunk_steps=25", "placement.num_env_workers=2", f"run_root={tmp_path}", "run_name=r", "progress=false",
@@ -140,9 +141,8 @@ def test_demonstrations_get_the_classifier_reward(classifier):
 
     path, _, root = classifier
     plain = ReplayService(100, None, str(root / "expert"))
-    svc = ReplayService(
-        100, None, str(root / "expert"), reward={"classifier": str(path), "threshold": None, "success_reward": 3.0}
-    )
+    svc = ReplayService(100, None, str(root / "expert"), reward={
+        "classifier": str(path), "threshold": None, "success_reward": 3.0, "ends_episode": True})  # fmt: skip
     st, n = svc.demos.storage, svc.demos.size
     assert n == plain.demos.size > 0
     assert not np.array_equal(st["reward"][:n], plain.demos.storage["reward"][:n])  # the env's dense reward is gone
@@ -152,7 +152,8 @@ def test_demonstrations_get_the_classifier_reward(classifier):
     assert expected.max() == 3.0  # the demonstrations reach success
     success = expected > 0
     assert (st["terminated"][:n][success] == 1).all()  # a classified success is terminal, as online
-    kept = ReplayService(100, None, str(root / "expert"), reward={
-        "classifier": str(path), "threshold": None, "success_reward": 3.0, "ends_episode": False})  # fmt: skip
+    kept = ReplayService(  # ends_episode off (the default): the recorded flags stay
+        100, None, str(root / "expert"), reward={"classifier": str(path), "threshold": None, "success_reward": 3.0}
+    )
     np.testing.assert_array_equal(kept.demos.storage["terminated"][:n], plain.demos.storage["terminated"][:n])
     assert (plain.demos.storage["terminated"][:n][success] == 0).any()  # so ends_episode changed something
