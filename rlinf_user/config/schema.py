@@ -241,8 +241,8 @@ class RewardConfig:
     threshold: float | None = None  # None: the one stored with the classifier
     success_reward: float = 1.0
     # true: a step classified a success ends the episode (terminated, env reset), as in
-    # HIL-SERL. Off by default: a classifier that fires a step or two before the real
-    # success then cuts every episode short of it (see the README's learned-reward results)
+    # HIL-SERL. Off by default: a classifier that fires before the real success (it did,
+    # in the README's learned-reward results) then cuts every episode short of it
     ends_episode: bool = False
 
 

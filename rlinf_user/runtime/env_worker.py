@@ -319,8 +319,9 @@ class EnvWorker:
 
     def _end_classified(self, classified, next_obs, terms, truncs, infos) -> np.ndarray:
         """With ``reward.ends_episode``, a step the classifier calls a success ends its
-        episode (HIL-SERL's rule). The env is reset in place: ``next_obs`` gets the new episode's first observation,
-        ``infos`` the final one, and the step counts as terminated."""
+        episode (HIL-SERL's rule). The env is reset in place: ``next_obs`` gets the new
+        episode's first observation, ``infos`` the final one, and the step counts as
+        terminated."""
         terms = np.array(terms, dtype=bool)
         for i in np.flatnonzero(np.asarray(classified, dtype=bool) & ~terms & ~np.asarray(truncs, dtype=bool)):
             final = {part: {k: np.array(v) for k, v in vals.items()} if isinstance(vals, dict) else np.array(vals)
