@@ -100,11 +100,12 @@ class RewardClient:
         while True:
             try:
                 if self.handle is None:
-                    self.handle = ray.get_actor(self.name)
-                return ray.get(self.handle.score.remote(obs))
-            except (ray.exceptions.RayActorError, ValueError) as err:
-                if isinstance(err, ValueError) and "reward:" in str(err):
-                    raise
+                    try:
+                        self.handle = ray.get_actor(self.name)
+                    except ValueError as err:  # not registered (yet): the replacement is starting
+                        raise LookupError(str(err)) from err
+                return ray.get(self.handle.score.remote(obs))  # a ValueError here is the server's refusal
+            except (ray.exceptions.RayActorError, LookupError) as err:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the reward server {self.name} is gone and was not replaced") from err
                 if self.handle is not None:
