@@ -3,6 +3,7 @@
 actor, including after that actor is killed with kill -9."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -157,3 +158,38 @@ def test_demonstrations_get_the_classifier_reward(classifier):
     )
     np.testing.assert_array_equal(kept.demos.storage["terminated"][:n], plain.demos.storage["terminated"][:n])
     assert (plain.demos.storage["terminated"][:n][success] == 0).any()  # so ends_episode changed something
+
+
+def test_a_client_waits_for_a_server_still_starting_and_passes_its_refusals_on(classifier):
+    """The worker side of a server replacement: a name not registered yet is waited for
+    (the trainer is starting the new server), while a request the server refuses fails
+    at once with the server's reason."""
+    import threading
+
+    import ray
+
+    from rlinf_user.runtime.reward_server import RewardClient, RewardServer, server_name
+
+    path, _, root = classifier
+    name = server_name(str(root / "run"))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        started = []
+
+        def start_later():
+            time.sleep(2.0)
+            started.append(ray.remote(RewardServer).options(name=name, num_cpus=0).remote(str(path), None, 2.0))
+
+        threading.Thread(target=start_later, daemon=True).start()
+        client = RewardClient(name)
+        state = np.zeros((3, SuccessClassifier.load(path)[0].state_dim), np.float32)
+        t0 = time.monotonic()
+        reward, success = client.score({"state": state, "images": {}})  # before the server exists
+        assert started and time.monotonic() - t0 >= 1.5
+        assert reward.shape == (3,) and set(np.unique(reward)) <= {0.0, 2.0}
+        np.testing.assert_array_equal(reward, 2.0 * success)
+        with pytest.raises(ValueError, match="state of shape"):
+            client.score({"state": state[:, :5], "images": {}})
+        assert client.score({"state": state, "images": {}})[0].shape == (3,)  # still serving
+    finally:
+        ray.shutdown()
