@@ -79,6 +79,28 @@ def record(root: Path, episodes: int, expert=None, seed: int = 0) -> None:
     env.close()
 
 
+def episode_outcomes(run: Path) -> dict:
+    """What the run's training episodes did: how many the simulator called a success, how
+    many the classifier did, and how high the block was where the classifier said success
+    (gym_hil state: block at 18:21; lift above its resting height, 5th/50th/95th pct)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rlinf_user.data.record_log import RecordLog
+
+    tb = EventAccumulator(str(run / "tb"))
+    tb.Reload()
+    true, classified = (tb.Scalars(f"episode/{k}") for k in ("success", "classified_success"))
+    chunks = list(RecordLog(run / "buffer").read_all())
+    obs, nxt, reward = (np.concatenate([c[k] for c in chunks]) for k in ("obs/state", "next_obs/state", "reward"))
+    lift = nxt[reward > 0, 20] - np.median(obs[:, 20])
+    return {
+        "training_episodes": len(true), "truly_successful": int(sum(e.value for e in true)),
+        "classified_successful": int(sum(e.value for e in classified)),
+        "lift_m_where_classified_p5_p50_p95": np.percentile(lift, [5, 50, 95]).round(3).tolist() if lift.size else None,
+        "max_lift_m": round(float((nxt[:, 20] - np.median(obs[:, 20])).max()), 3),
+    }  # fmt: skip
+
+
 def main() -> None:
     from rlinf_user.cli.main import main as cli
 
@@ -153,6 +175,7 @@ def main() -> None:
             "minutes_to_target": round(float(reached["wall_seconds"]) / 60, 2) if reached else None,
             "best_eval_success": summary["best_eval_success"], "env_steps": summary["env_steps"],
             "classified_success_recent": summary.get("classified_success"), "reward_server": summary.get("reward_server"),
+            "episodes": episode_outcomes(run),
         })  # fmt: skip
         print(json.dumps(runs[-1]), flush=True)
     result = {
