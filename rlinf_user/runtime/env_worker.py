@@ -13,6 +13,7 @@ step taken so far is kept, the episodes in flight go on) until the run hands ove
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections import deque
@@ -324,8 +325,7 @@ class EnvWorker:
         terminated."""
         terms = np.array(terms, dtype=bool)
         for i in np.flatnonzero(np.asarray(classified, dtype=bool) & ~terms & ~np.asarray(truncs, dtype=bool)):
-            final = {part: {k: np.array(v) for k, v in vals.items()} if isinstance(vals, dict) else np.array(vals)
-                     for part, vals in index_obs(next_obs, int(i)).items()}  # fmt: skip
+            final = copy.deepcopy(index_obs(next_obs, int(i)))  # its rows are overwritten below
             first = self.envs.end_episode(int(i))
             next_obs["state"][i] = first["state"]
             for part in ("images", "timestamps"):
