@@ -94,10 +94,15 @@ def run_edge(args, console: Console) -> int:
     if cfg.franky_sim:
         from rlinf_user.robots.franka.sim_server import start_franky_sim
 
+        from rlinf_user.edge.daemon import EdgeStartError
+
         console.print("starting franky-sim (MuJoCo Franka speaking the libfranka protocol)")
         # a scene camera needs the simulator's MuJoCo model in this process
         render = any(c.get("kind") == "sim" for c in cfg.cameras)
-        sim_server = start_franky_sim(hostname=cfg.robot.ip, render=render)
+        try:
+            sim_server = start_franky_sim(hostname=cfg.robot.ip, render=render)
+        except RuntimeError as err:
+            raise EdgeStartError(f"franky-sim: {err}") from None
     try:
         daemon = build_daemon(cfg, sim_server)
     except BaseException:

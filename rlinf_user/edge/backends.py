@@ -97,12 +97,16 @@ class ArmBackend(EdgeBackend):
     def reset(self, seed: int | None, options: dict[str, Any]) -> Tick:
         """``options["home"]`` (default True): move to the reset pose. False starts the
         next episode where the arm is (held), e.g. a new goal for a reaching task."""
-        current = self.driver.read()
-        if current.error:  # a reflex or fault ended the last episode: recover first
-            log.warning("arm reports %r: automatic error recovery", current.error)
+        try:
+            current = self.driver.read()
+            fault = current.error
+        except ArmError as err:  # the link dropped (e.g. libfranka's UDP timeout)
+            current, fault = None, str(err)
+        if fault:  # a reflex or fault ended the last episode: recover first
+            log.warning("arm reports %r: automatic error recovery", fault)
             self.recoveries += 1
             if not self.driver.recover():
-                raise ArmError(f"the arm is in error ({current.error}) and recovery failed: "
+                raise ArmError(f"the arm is in error ({fault}) and recovery failed: "
                                "check the robot (Desk) and reset again")  # fmt: skip
         elif options.get("home", True) is False and self.safety.home is not None:
             self.driver.hold()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
+import secrets
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,7 @@ class EdgeClient:
         self.host, self.port = host, port
         self.timeout_s, self.heartbeat_s = timeout_s, heartbeat_s
         self.client_name = client_name
-        self.session = uuid.uuid4().hex[:12]
+        self.session = secrets.token_hex(16)  # a bearer secret: never log it
         self._opts = client_options(server_public_key, client_secret_key)
         self.ctx = zmq.Context()
         self._lock = threading.RLock()

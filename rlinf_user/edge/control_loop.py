@@ -15,7 +15,14 @@ episode, the backend holds (the arm stops where it is; nothing opens) until the 
 command. ``stop`` stops the arm and refuses actions until the next ``reset``.
 
 The loop talks to the daemon's network process over one ZMQ PAIR socket using the wire
-format of :mod:`rlinf_user.edge.protocol`.
+format of :mod:`rlinf_user.edge.protocol`. Nothing a client does can make the loop wait:
+every send is non-blocking. Stream messages (``state``, telemetry snapshots) are dropped
+when the daemon is not reading; replies wait in a small bounded outbox. The loop publishes
+a telemetry snapshot at most every ``SNAPSHOT_S`` and after every command, and the daemon
+answers telemetry requests from it. If the daemon dies (parent gone) or stops reading for
+``daemon_timeout_s``, the loop holds the robot and exits. A backend error while observing
+puts the loop in a reported fault state (the robot held, actions refused) that a ``reset``
+recovers from.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +44,10 @@ from rlinf_user.edge.protocol import Message, decode, encode, error, finite_body
 from rlinf_user.edge.safety import UnsafeCommand
 
 log = logging.getLogger(__name__)
+
+SNAPSHOT_S = 0.02  # telemetry snapshots to the daemon at most 50 per second
+OUTBOX = 16  # replies kept while the daemon does not read (oldest dropped beyond)
+PAIR_HWM = 64  # messages queued towards the daemon before sends fail
 
 
 def tick_message(kind: str, rid: int, tick: Tick, extra: dict[str, Any] | None = None) -> Message:
@@ -58,12 +71,22 @@ class TimingStats:
         self.errors: collections.deque[float] = collections.deque(maxlen=window)
         self.ticks = 0
         self.overruns = 0
+        self._cached: tuple[float, dict[str, Any]] | None = None
 
     def add(self, err: float) -> None:
         self.errors.append(err)
         self.ticks += 1
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, max_age_s: float = 0.0) -> dict[str, Any]:
+        """Percentiles over the window, recomputed at most every ``max_age_s``."""
+        now = time.monotonic()
+        if self._cached is not None and now - self._cached[0] < max_age_s:
+            return {**self._cached[1], "ticks": self.ticks, "overruns": self.overruns}
+        out = self._summary()
+        self._cached = (now, out)
+        return out
+
+    def _summary(self) -> dict[str, Any]:
         e = np.abs(np.asarray(self.errors)) * 1e3
         out: dict[str, Any] = {"ticks": self.ticks, "overruns": self.overruns}
         if e.size:
@@ -77,10 +100,16 @@ class TimingStats:
 
 class ControlLoop:
     def __init__(self, backend: EdgeBackend, sock: zmq.Socket, hz: float, watchdog_periods: int,
-                 spin_s: float = 0.0005, window: int = 2000):  # fmt: skip
+                 spin_s: float = 0.0005, window: int = 2000, daemon_timeout_s: float = 2.0):  # fmt: skip
         if not 0 < hz <= 1000:
             raise ValueError(f"control_hz must be in (0, 1000], got {hz}")
         self.backend, self.sock = backend, sock
+        self.daemon_timeout_s = daemon_timeout_s
+        self.outbox: collections.deque[list[Any]] = collections.deque()
+        self.blocked_since: float | None = None  # first failed send since the last success
+        self.sends = {"dropped_stream": 0, "dropped_replies": 0, "queued_replies": 0}
+        self.last_snapshot = 0.0
+        self.fault: str | None = None  # a backend error while observing; reset recovers
         self.period = 1.0 / hz
         self.watchdog_periods = watchdog_periods
         self.spin_s = spin_s
@@ -105,8 +134,42 @@ class ControlLoop:
         self.running = True
 
     # -- messages ------------------------------------------------------------------
-    def _send(self, msg: Message) -> None:
-        self.sock.send_multipart(encode(msg), copy=False)
+    def _send(self, msg: Message, stream: bool = False) -> None:
+        """Never blocks: a ``stream`` message is dropped when the daemon is not reading, a
+        reply waits in the bounded outbox (in order)."""
+        if not stream:  # the daemon answers telemetry from snapshots: never older than a reply
+            self._snapshot(force=True)
+        frames = encode(msg)
+        if self.outbox or not self._try_send(frames):
+            if stream:
+                self.sends["dropped_stream"] += 1
+                return
+            if len(self.outbox) >= OUTBOX:
+                self.outbox.popleft()
+                self.sends["dropped_replies"] += 1
+            self.outbox.append(frames)
+            self.sends["queued_replies"] += 1
+            self._flush()
+
+    def _try_send(self, frames: list[Any]) -> bool:
+        try:
+            self.sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            if self.blocked_since is None:
+                self.blocked_since = time.monotonic()
+            return False
+        self.blocked_since = None
+        return True
+
+    def _flush(self) -> None:
+        while self.outbox and self._try_send(self.outbox[0]):
+            self.outbox.popleft()
+
+    def _snapshot(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last_snapshot >= SNAPSHOT_S:
+            self.last_snapshot = now
+            self._send(Message("telemetry", 0, {"snapshot": finite_body(self.telemetry())}), stream=True)
 
     def _handle(self, msg: Message) -> None:
         kind = msg.kind
@@ -129,8 +192,8 @@ class ControlLoop:
             self.stopped, self.in_episode, self.queued = True, False, None
             log.warning("explicit stop: actions refused until the next reset")
             self._send(Message("ack", msg.rid, {"stopped": True}))
-        elif kind == "telemetry":
-            self._send(Message("telemetry", msg.rid, finite_body(self.telemetry())))
+        elif kind == "telemetry":  # the daemon answers from snapshots; this asks for a fresh one
+            self._snapshot(force=True)
         elif kind == "bye":
             self.running = False
         else:
@@ -138,7 +201,9 @@ class ControlLoop:
 
     def _apply(self, msg: Message) -> None:
         if self.stopped or not self.in_episode:
-            why = "the robot is stopped" if self.stopped else "no episode: send reset first"
+            why = ("the robot is stopped" if self.stopped else
+                   f"the robot is in fault ({self.fault}): send reset" if self.fault else
+                   "no episode: send reset first")  # fmt: skip
             self._send(error(msg.rid, "state", f"action refused: {why}"))
             return
         action = msg.arrays.get("action")
@@ -170,7 +235,9 @@ class ControlLoop:
         finally:
             self.reset_seconds += time.monotonic() - started
             self.resets += 1
-        self.stopped, self.in_episode, self.holding = False, True, False
+        if self.fault:
+            log.warning("reset recovered from the fault: %s", self.fault)
+        self.stopped, self.in_episode, self.holding, self.fault = False, True, False, None
         self.last_action_tick = self.tick
         self.last_action_time = time.monotonic()
         self._send(tick_message("obs", msg.rid, t, {"reset": True}))
@@ -193,14 +260,32 @@ class ControlLoop:
                     log.error("dropping an undecodable internal message: %s", err)
                     continue
                 self._handle(msg)
+                if msg.kind in ("bye", "hold"):
+                    self._snapshot(force=True)
                 if msg.kind == "reset":
                     due = self.next_due
+
+    def _enter_fault(self, err: Exception) -> None:
+        """A backend error while observing: hold, refuse actions, report; reset recovers."""
+        self.fault = f"{type(err).__name__}: {err}"
+        log.error("backend fault, robot held until the next reset: %s", self.fault)
+        try:
+            self.backend.hold()
+        except Exception as hold_err:  # noqa: BLE001 - the driver may be down entirely
+            log.error("hold after the fault failed too: %s", hold_err)
+        self.in_episode, self.queued, self.holding = False, None, True
+        rid, self.pending_rid = self.pending_rid or 0, None
+        self._send(error(rid, "backend", f"robot fault, send reset to recover: {self.fault}"))
 
     def _on_tick(self) -> None:
         if not self.in_episode:
             return
         self.episode_ticks += 1
-        t = self.backend.observe()
+        try:
+            t = self.backend.observe()
+        except Exception as err:  # noqa: BLE001 - never let a driver error kill the loop
+            self._enter_fault(err)
+            return
         if self.pending_rid is not None:
             self.acted_ticks += 1
             extra = {"tick": self.tick, "breaches": self.pending_breaches}
@@ -210,7 +295,7 @@ class ControlLoop:
                 queued, self.queued = self.queued, None
                 self._apply(queued)
         else:  # nobody is owed a reply: still stream the state (latest-value stream)
-            self._send(tick_message("state", 0, t, {"tick": self.tick, "holding": self.holding}))
+            self._send(tick_message("state", 0, t, {"tick": self.tick, "holding": self.holding}), stream=True)
         idle = self.tick - self.last_action_tick
         if not self.holding and not self.stopped and idle >= self.watchdog_periods:
             self.backend.hold()
@@ -222,7 +307,7 @@ class ControlLoop:
                 "after_s": time.monotonic() - self.last_action_time,
             }
             log.warning("watchdog: no command for %d periods, holding the robot", idle)
-            self._send(Message("telemetry", 0, {"event": "watchdog_hold", "tick": self.tick}))
+            self._send(Message("telemetry", 0, {"event": "watchdog_hold", "tick": self.tick}), stream=True)
 
     def run(self) -> None:
         self.next_due = time.monotonic() + self.period
@@ -237,7 +322,13 @@ class ControlLoop:
             now = time.monotonic()
             self.timing.add(now - self.next_due)
             self.tick += 1
+            self._flush()
             self._on_tick()
+            self._snapshot()
+            if self.blocked_since is not None and now - self.blocked_since > self.daemon_timeout_s:
+                log.error("the edge daemon has not read for %.1f s; holding the robot and exiting",
+                          now - self.blocked_since)  # fmt: skip
+                break
             self.next_due += self.period
             if time.monotonic() > self.next_due:  # a whole period lost: re-anchor
                 self.timing.overruns += 1
@@ -245,7 +336,7 @@ class ControlLoop:
 
     def telemetry(self) -> dict[str, Any]:
         return {
-            **self.timing.summary(),
+            **self.timing.summary(max_age_s=SNAPSHOT_S),
             "hz": 1.0 / self.period,
             "applied": self.applied,
             "deferred": self.deferred,
@@ -259,6 +350,8 @@ class ControlLoop:
             "last_hold": self.last_hold,
             "holding": self.holding,
             "stopped": self.stopped,
+            "fault": self.fault,
+            "sends": dict(self.sends),
             **self.backend.telemetry(),
         }
 
@@ -276,13 +369,23 @@ def set_realtime(priority: int) -> None:
         )
 
 
+def _raise_exit(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def serve(make_backend: Callable[[], EdgeBackend], address: str, hz: float, watchdog_periods: int,
-          realtime_priority: int = 0, spin_s: float = 0.0005, log_level: int = logging.INFO) -> None:  # fmt: skip
+          realtime_priority: int = 0, spin_s: float = 0.0005, log_level: int = logging.INFO,
+          daemon_timeout_s: float = 2.0) -> None:  # fmt: skip
     """Entry point of the control-loop process: build the backend, report, loop."""
     logging.basicConfig(level=log_level, format="%(asctime)s control %(levelname)s %(message)s")
+    from rlinf_user.edge.procs import die_with_parent
+
+    die_with_parent(signal.SIGTERM)  # a SIGKILLed daemon still ends this process (held, below)
+    signal.signal(signal.SIGTERM, _raise_exit)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PAIR)
     sock.linger = 0
+    sock.sndhwm = sock.rcvhwm = PAIR_HWM
     sock.connect(address)
     try:
         backend = make_backend()
@@ -294,13 +397,30 @@ def serve(make_backend: Callable[[], EdgeBackend], address: str, hz: float, watc
         return
     sock.send_multipart(encode(Message("welcome", 0, finite_body(backend.spec()))))
     set_realtime(realtime_priority)
-    loop = ControlLoop(backend, sock, hz, watchdog_periods, spin_s)
+    loop = ControlLoop(backend, sock, hz, watchdog_periods, spin_s, daemon_timeout_s=daemon_timeout_s)
     try:
         loop.run()
+    except SystemExit:
+        log.warning("terminated: holding the robot")
     finally:
-        try:
-            backend.hold()
-        finally:
-            backend.close()
-            sock.close()
-            ctx.term()
+        _shut_down(backend, sock, ctx)
+
+
+def _shut_down(backend: EdgeBackend, sock: zmq.Socket, ctx: zmq.Context, timeout_s: float = 1.5) -> None:
+    """Hold, release the backend, and leave within ``timeout_s`` whatever it does: a driver
+    or renderer that hangs in its teardown must not keep this process alive."""
+    try:
+        backend.hold()
+    except Exception:  # noqa: BLE001
+        log.exception("hold on shutdown failed")
+    guard = threading.Timer(timeout_s, os._exit, args=(3,))
+    guard.daemon = True
+    guard.start()
+    try:
+        backend.close()
+    except Exception:  # noqa: BLE001
+        log.exception("closing the backend failed")
+    sock.close(0)
+    ctx.term()
+    logging.shutdown()
+    os._exit(0)  # skip interpreter teardown (GL contexts' finalisers have hung it)

@@ -6,9 +6,12 @@ A message is a ZMQ multipart message::
                             "b": body (msgpack-able map), "a": [[name, dtype, shape], ...]}
     frame 1.. one raw C-contiguous buffer per entry of "a", in order
 
-Nothing is ever unpickled: the header is msgpack with ext types refused, arrays are
-rebuilt with ``numpy.frombuffer`` from a whitelisted dtype and a shape whose byte size must
-match the frame exactly. Every limit breach raises :class:`ProtocolError` naming it, so a
+Nothing is ever unpickled: the header is msgpack holding only maps, lists, strings,
+bytes, ints, floats, booleans and nil (every ext type, msgpack's Timestamp included, is
+refused; nesting is at most ``MAX_DEPTH`` deep), ``v`` must be the integer version (not
+``true`` or ``1.0``), arrays are rebuilt with ``numpy.frombuffer`` from a whitelisted
+dtype and a shape whose byte size must match the frame exactly. Request bodies are checked
+per kind (:func:`validate_request`) before anything acts on them. Every limit breach raises :class:`ProtocolError` naming it, so a
 malformed message is answered with an error and never reaches the robot.
 
 Kinds (cloud -> edge): ``hello``, ``reset``, ``act``, ``hold``, ``stop``, ``ping``,
@@ -37,6 +40,8 @@ DTYPES = frozenset({"uint8", "int32", "int64", "float32", "float64", "bool"})
 MAX_HEADER_BYTES = 64 * 1024
 MAX_ARRAYS = 16
 MAX_NDIM = 4
+MAX_DEPTH = 16
+MAX_FRAMES = 1 + MAX_ARRAYS
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024  # a whole message; a 640x480 RGB frame is 0.9 MB
 
 
@@ -103,21 +108,43 @@ def peek_header(frame: bytes | memoryview) -> dict[str, Any]:
         raise ProtocolError("header", f"header is not valid msgpack: {err}") from err
     if not isinstance(header, dict):
         raise ProtocolError("header", "header must be a msgpack map")
+    _check_plain(header, 0)
     return header
+
+
+_SCALARS = (str, bytes, int, float, bool, type(None))
+
+
+def _check_plain(value: Any, depth: int) -> None:
+    """Only plain msgpack values (no Timestamp or other ext objects), bounded nesting."""
+    if depth > MAX_DEPTH:
+        raise ProtocolError("header", f"header nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_plain(k, depth + 1)
+            _check_plain(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _check_plain(v, depth + 1)
+    elif not isinstance(value, _SCALARS):
+        raise ProtocolError("header", f"msgpack value of type {type(value).__name__} is not allowed")
 
 
 def decode(frames: Sequence[Any], max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
     """Frames -> Message, validating version, kind, sizes, dtypes and shapes."""
     if not frames:
         raise ProtocolError("empty", "empty message")
+    if len(frames) > MAX_FRAMES:
+        raise ProtocolError("frames", f"{len(frames)} frames > limit {MAX_FRAMES}")
     total = sum(len(f) for f in frames)
     if total > max_bytes:
         raise ProtocolError("size", f"message of {total} bytes exceeds the limit {max_bytes}")
     header = peek_header(frames[0])
-    if header.get("v") != PROTOCOL_VERSION:
-        raise VersionError(header.get("v"))
+    version = header.get("v")
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        raise VersionError(version)
     kind, rid, body, specs = header.get("k"), header.get("id", 0), header.get("b", {}), header.get("a", [])
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise ProtocolError("kind", f"unknown message kind {kind!r}")
     if not isinstance(rid, int) or isinstance(rid, bool) or rid < 0:
         raise ProtocolError("id", f"request id must be a non-negative int, got {rid!r}")
@@ -154,6 +181,33 @@ def _array(spec: Any, frame: Any) -> tuple[str, np.ndarray]:
             "shape", f"array {name!r}: {dtype}{shape} needs {nbytes} bytes, frame has {len(frame)}"
         )
     return name, np.frombuffer(frame, dtype=dtype).reshape(shape)
+
+
+RESET_OPTIONS = {"home": bool}
+
+
+def validate_request(msg: Message) -> None:
+    """Per-kind checks of a request's body, so a malformed one never reaches the robot."""
+    body = msg.body
+    if msg.kind == "reset":
+        seed = body.get("seed")
+        if seed is not None and (type(seed) is not int or not 0 <= seed < 2**63):
+            raise ProtocolError("body", f"reset seed must be nil or an int in [0, 2^63), got {seed!r}")
+        options = body.get("options")
+        if options is None:
+            return
+        if not isinstance(options, dict):
+            raise ProtocolError("body", f"reset options must be a map, got {type(options).__name__}")
+        for key, value in options.items():
+            want = RESET_OPTIONS.get(key)
+            if want is None:
+                raise ProtocolError("body", f"unknown reset option {key!r} (known: {sorted(RESET_OPTIONS)})")
+            if type(value) is not want:
+                raise ProtocolError("body", f"reset option {key!r} must be {want.__name__}, got {value!r}")
+    elif msg.kind == "hello":
+        session = body.get("session", "")
+        if not isinstance(session, str) or len(session) > 128:
+            raise ProtocolError("body", "hello session must be a string of at most 128 characters")
 
 
 def finite_body(body: Mapping[str, Any]) -> dict[str, Any]:

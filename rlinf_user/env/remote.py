@@ -142,13 +142,18 @@ class RemoteRobotEnv(ContractEnv):
                 log.info("reconnected to the edge daemon (attempt %d)", attempt)
                 self._lost = False
                 return
-            except EdgeTimeout:
+            except (EdgeTimeout, EdgeRefused) as err:
+                # busy: without CURVE keys the daemon waits for the lost connection to go
+                # silent (peer_timeout_s) before this client may take control again
+                if isinstance(err, EdgeRefused) and err.code != "busy":
+                    raise
                 if time.monotonic() > deadline:
                     raise EdgeUnavailableError(
                         f"the edge daemon at {self.client.host}:{self.client.port} stayed "
                         f"unreachable for {self.reconnect_s:.0f} s"
                     ) from None
-                log.warning("edge unreachable, retrying (attempt %d)", attempt)
+                log.warning("edge unreachable or busy, retrying (attempt %d)", attempt)
+                time.sleep(0.2)
 
     def _reset(self, seed):
         if seed is not None:

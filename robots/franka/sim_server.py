@@ -95,7 +95,7 @@ class FrankySimHandle:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)  # run_server shuts down cleanly on Ctrl+C
                 try:
-                    proc.wait(timeout=5.0)
+                    proc.wait(timeout=1.0)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=5.0)
@@ -207,8 +207,11 @@ def _start_subprocess(handle: FrankySimHandle, viewer: bool, initial_joints: Any
     cmd = [sys.executable, "-m", "franky_sim.run_server", "--simulator", "mujoco"]
     cmd += ["--hostname", handle.hostname] + (["--render"] if viewer else [])
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    from rlinf_user.edge.procs import die_with_parent
+
     handle._proc = subprocess.Popen(
-        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        preexec_fn=lambda: die_with_parent(signal.SIGKILL),  # never outlive the caller
     )
     # Drain the child's output (a full pipe would block its loop) and spot its ready line,
     # which run_server prints once the MuJoCo model is built and the server is bound.
@@ -252,7 +255,11 @@ def start_franky_sim(
     if render and not in_process:
         raise ValueError("render=True needs in_process=True: the MuJoCo model must live here")
     if _port_accepts(hostname, ROBOT_PORT):
-        raise RuntimeError(f"{hostname}:{ROBOT_PORT} is already served (another franky-sim?)")
+        from rlinf_user.edge.procs import port_holder
+
+        holder = port_holder(ROBOT_PORT) or "an unknown process"
+        raise RuntimeError(f"{hostname}:{ROBOT_PORT} is already served by {holder}: stop it first "
+                           "(a franky-sim left by an earlier run?)")  # fmt: skip
     handle = FrankySimHandle(hostname)
     t0 = time.monotonic()
     try:

@@ -133,12 +133,15 @@ def test_bad_messages_are_answered_and_never_reach_the_robot(edge, keys):
         [msgpack.packb({"v": 99, "k": "act", "id": 1, "b": {}, "a": []})],  # wrong version
         [b"\x93\x01\x02"],  # not a map
         [msgpack.packb({"v": 1, "k": "act", "id": 2, "b": {}, "a": [["action", "float32", [7]]]}), b"\0" * 5],
-        [msgpack.packb({"v": 1, "k": "act", "id": 3, "b": {}, "a": [["action", "uint8", [2_000_000]]]}),
-         b"\0" * 2_000_000],  # oversized (daemon limit 1 MB)
+        [msgpack.packb({"v": 1, "k": "act", "id": 3, "b": {}, "a": [[f"x{i}", "uint8", [70_000]] for i in range(16)]}),
+         *[b"\0" * 70_000] * 16],  # 1.1 MB in 16 frames of 70 kB: over the 1 MB message limit
+        [msgpack.packb({"v": True, "k": "act", "id": 6, "b": {}, "a": []})],  # v must be the int 1
+        [msgpack.packb({"v": 1, "k": "act", "id": 7, "b": {"t": msgpack.Timestamp(0)}, "a": []})],  # ext
+        [msgpack.packb({"v": 1, "k": ["act"], "id": 8, "b": {}, "a": []})],  # kind not a string
         [bytes(f) for f in encode(Message("act", 4))],  # no action array
     ]  # fmt: skip
     codes = [r["b"]["code"] for r in _raw(edge, keys, bad)]
-    assert codes == ["version", "header", "shape", "size", "not_controller"]
+    assert codes == ["version", "header", "shape", "size", "version", "header", "kind", "not_controller"]
     with pytest.raises(EdgeRefused) as err:  # the controller's own NaN action
         c.wait(c.send("act", arrays={"action": np.full(7, np.nan, np.float32)}))
     assert err.value.code == "unsafe"

@@ -1,0 +1,116 @@
+"""Process hygiene for the edge: children die with their parent, leftovers are found.
+
+* :func:`die_with_parent` asks Linux to signal this process when its parent dies
+  (``PR_SET_PDEATHSIG``), so a ``kill -9`` of ``rlinf-user edge`` never orphans the control
+  loop or franky-sim. Elsewhere it is a no-op and the callers' own parent checks apply.
+* :func:`port_holder` names the process that listens on a TCP port (from ``/proc``), so a
+  start-up error can say exactly what holds it.
+* :func:`clean_stale_ipc_dirs` removes the IPC folders of daemons that no longer run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+IPC_PREFIX = "rlinf-edge-"
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """Have the kernel send ``sig`` to this process when its parent exits (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(parts[9])  # state 0A: LISTEN
+    return inodes
+
+
+def port_holder(port: int) -> str | None:
+    """``"pid 123 (python -m franky_sim.run_server ...)"`` for the listener on ``port``."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return None
+    targets = {f"socket:[{i}]" for i in inodes}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in targets:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    return f"pid {pid} ({cmd.strip()[:160]})"
+            except OSError:
+                continue
+    return "a process this user cannot inspect"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _dead_sockets_only(d: Path) -> bool:
+    import socket
+
+    for p in d.iterdir():
+        if not p.is_socket():
+            return False
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(str(p))
+                return False  # somebody still serves it
+            except OSError:
+                pass
+    return True
+
+
+def make_ipc_dir() -> str:
+    """A private folder for the daemon's IPC socket, named after this process."""
+    clean_stale_ipc_dirs()
+    return tempfile.mkdtemp(prefix=f"{IPC_PREFIX}{os.getpid()}-")
+
+
+def clean_stale_ipc_dirs() -> int:
+    """Remove ``rlinf-edge-<pid>-*`` folders whose daemon is gone; returns how many."""
+    removed = 0
+    root = Path(tempfile.gettempdir())
+    for d in root.glob(f"{IPC_PREFIX}*"):
+        pid = d.name[len(IPC_PREFIX):].split("-", 1)[0]
+        if not d.is_dir() or (pid.isdigit() and _alive(int(pid))):
+            continue
+        if not pid.isdigit() and not _dead_sockets_only(d):
+            continue  # a folder of an older release: removed only when nothing listens in it
+        shutil.rmtree(d, ignore_errors=True)
+        removed += 1
+    if removed:
+        log.info("removed %d IPC folder(s) left by edge daemons that no longer run", removed)
+    return removed

@@ -1,0 +1,215 @@
+"""The edge daemon under a hostile client: floods, session replay, oversized messages, kill -9.
+
+The daemon runs as ``rlinf-user edge --sim gym_hil`` in its own process (no keys: loopback,
+so any local process may connect, which is the hostile case). The attacker is another
+process speaking the wire format by hand over a raw DEALER socket; the legitimate
+controller is the real :class:`EdgeClient`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+import zmq
+
+pytest.importorskip("gym_hil")
+
+from edge_helpers import EdgeProcess, free_ports  # noqa: E402
+
+from rlinf_user.edge.client import EdgeClient, EdgeRefused, EdgeTimeout  # noqa: E402
+from rlinf_user.edge.protocol import Message, encode  # noqa: E402
+
+HZ = 20.0
+
+FLOODER = textwrap.dedent(
+    """
+    import sys, time, zmq
+    from rlinf_user.edge.protocol import Message, encode
+    port, seconds = int(sys.argv[1]), float(sys.argv[2])
+    s = zmq.Context().socket(zmq.DEALER)
+    s.linger = 0
+    s.sndhwm = 0  # unbounded: push as fast as the daemon can be made to read
+    s.connect(f"tcp://127.0.0.1:{port}")
+    frames = encode(Message("telemetry", 1))
+    print("flooding", flush=True)
+    n, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        s.send_multipart(frames)
+        n += 1
+        while s.poll(0):
+            s.recv_multipart()  # read what comes back, as a real client would
+    print(n, flush=True)
+    """
+)
+
+
+def _flood(port: int, seconds: float) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", FLOODER, str(port), str(seconds)],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout.readline().strip() == "flooding"
+    return proc
+
+
+@pytest.fixture()
+def edge(tmp_path):
+    port = free_ports(2)
+    proc = EdgeProcess(["--sim", "gym_hil", f"control_hz={HZ}", "peer_timeout_s=1.0"],
+                       port, tmp_path / "edge.log")  # fmt: skip
+    yield proc
+    proc.close()
+
+
+def _client(port: int, **kw) -> EdgeClient:
+    return EdgeClient("127.0.0.1", port, timeout_s=kw.pop("timeout_s", 2.0), **kw)
+
+
+def test_telemetry_flood_never_stalls_the_control_loop_or_the_controller(edge):
+    c = _client(edge.port)
+    c.hello()
+    c.reset(seed=0)
+    before = c.telemetry()
+    flooder = _flood(edge.port, 6.0)
+    lat, t0 = [], time.monotonic()
+    while flooder.poll() is None:  # the controller acts at the control rate throughout
+        s = time.monotonic()
+        c.act(np.zeros(7, np.float32))  # raises on a timeout: none may be lost
+        lat.append(time.monotonic() - s)
+    sent = int(flooder.stdout.read().split()[-1])
+    elapsed = time.monotonic() - t0
+    assert c.request("ping").kind == "pong"
+    t = c.telemetry()
+    assert sent > 20_000, f"the flood was too weak to test anything ({sent} requests)"
+    assert t["daemon"]["rate_limited"] > sent // 2  # most of the flood was dropped unanswered
+    ticks = t["ticks"] - before["ticks"]
+    assert ticks >= 0.9 * HZ * elapsed, (ticks, elapsed)  # the loop kept its rate
+    assert t["overruns"] == before["overruns"]
+    assert np.percentile(lat, 99) < 3 / HZ, np.percentile(lat, 99)
+    # the watchdog still works under a flood: the controller goes quiet, the robot holds
+    flooder = _flood(edge.port, 3.0)
+    holds = c.telemetry()["watchdog_holds"]
+    c.act(np.zeros(7, np.float32))  # the last action, then silence
+    time.sleep(6 / HZ)
+    t = c.telemetry()
+    assert t["watchdog_holds"] == holds + 1 and t["last_hold"]["idle_periods"] == 2
+    flooder.wait()
+    c.close()
+
+
+def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Processes still running (a zombie has exited; only its exit status is left)."""
+    out = []
+    for p in procs:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _family(pid: int) -> list[psutil.Process]:
+    return psutil.Process(pid).children(recursive=True)
+
+
+def test_sigterm_stops_the_daemon_within_two_seconds_during_a_flood(edge):
+    c = _client(edge.port)
+    c.hello()
+    c.reset(seed=0)
+    children = _family(edge.proc.pid)
+    assert children, "the control loop runs in a child process"
+    flooder = _flood(edge.port, 8.0)
+    time.sleep(2.0)
+    t0 = time.monotonic()
+    edge.proc.send_signal(signal.SIGTERM)
+    edge.proc.wait(5)
+    took = time.monotonic() - t0
+    flooder.kill()
+    c.close(say_bye=False)
+    assert took <= 2.0, f"SIGTERM took {took:.2f} s"
+    gone, alive = psutil.wait_procs(children, timeout=0.5)
+    assert not _running(alive), f"children outlived the daemon: {alive}"
+
+
+def test_control_loop_holds_and_exits_when_the_daemon_is_killed(edge):
+    c = _client(edge.port)
+    c.hello()
+    c.reset(seed=0)
+    loop = _family(edge.proc.pid)
+    names = [" ".join(p.cmdline())[-60:] for p in loop]
+    flooder = _flood(edge.port, 5.0)
+    time.sleep(1.0)
+    os.kill(edge.proc.pid, signal.SIGKILL)
+    edge.proc.wait(5)
+    t0 = time.monotonic()
+    gone, alive = psutil.wait_procs(loop, timeout=3.0)
+    took = time.monotonic() - t0
+    flooder.kill()
+    c.close(say_bye=False)
+    assert not _running(alive), "the control loop outlived a SIGKILLed daemon"
+    assert took < 2.0, (took, names)  # held at once; teardown is cut off after 1.5 s
+    assert "holding the robot" in edge.log() or "terminated" in edge.log()
+
+
+def test_busy_never_leaks_the_session_and_a_replayed_session_cannot_take_control(edge):
+    a, b = _client(edge.port), _client(edge.port)
+    a.hello()
+    a.reset(seed=0)
+    with pytest.raises(EdgeRefused) as err:
+        b.hello()
+    assert err.value.code == "busy" and a.session not in str(err.value)
+    b.session = a.session  # the replay: without keys a live controller is never displaced
+    with pytest.raises(EdgeRefused) as err:
+        b.hello()
+    assert err.value.code == "busy"
+    with pytest.raises(EdgeRefused) as err:
+        b.act(np.zeros(7, np.float32))
+    assert err.value.code == "not_controller"
+    a.act(np.zeros(7, np.float32))  # the controller keeps control
+    a.close()  # bye: the robot is free
+    b.hello()
+    b.close()
+
+
+def test_oversized_messages_never_make_the_daemon_hold_them(edge):
+    daemon = psutil.Process(edge.proc.pid)
+    base = _hwm_mb(daemon)
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.linger = 0
+    s.connect(f"tcp://127.0.0.1:{edge.port}")
+    chunk = np.zeros(60 * 2**20, np.uint8)  # one buffer sent 16 times: 960 MB on the wire
+    header = encode(Message("act", 1, {}, {f"a{i}": chunk for i in range(16)}))[0]
+    s.send_multipart([header] + [chunk] * 16, copy=False)
+    time.sleep(3.0)
+    c = _client(edge.port)
+    c.hello()  # still serving
+    c.close()
+    assert _hwm_mb(daemon) - base < 100, (base, _hwm_mb(daemon))
+    s.close()
+
+
+def _hwm_mb(proc: psutil.Process) -> float:
+    for line in open(f"/proc/{proc.pid}/status"):
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def test_a_timed_out_client_reconnects_while_the_controller_is_dead(edge):
+    c = _client(edge.port, timeout_s=0.5)
+    c.hello()
+    c.reset(seed=0)
+    c._stop.set()  # the heartbeat thread stops: the daemon sees a silent controller
+    time.sleep(1.5)
+    other = _client(edge.port)
+    other.hello()  # peer_timeout_s passed: the robot is free
+    with pytest.raises((EdgeRefused, EdgeTimeout)):
+        c.act(np.zeros(7, np.float32))
+    other.close()
