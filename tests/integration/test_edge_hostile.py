@@ -142,8 +142,8 @@ def test_control_loop_holds_and_exits_when_the_daemon_is_killed(edge):
     c = _client(edge.port)
     c.hello()
     c.reset(seed=0)
-    loop = _family(edge.proc.pid)
-    names = [" ".join(p.cmdline())[-60:] for p in loop]
+    loop = [p for p in _family(edge.proc.pid) if "spawn_main" in " ".join(p.cmdline())]
+    assert len(loop) == 1
     flooder = _flood(edge.port, 5.0)
     time.sleep(1.0)
     os.kill(edge.proc.pid, signal.SIGKILL)
@@ -154,7 +154,7 @@ def test_control_loop_holds_and_exits_when_the_daemon_is_killed(edge):
     flooder.kill()
     c.close(say_bye=False)
     assert not _running(alive), "the control loop outlived a SIGKILLed daemon"
-    assert took < 2.0, (took, names)  # held at once; teardown is cut off after 1.5 s
+    assert took < 2.5, took  # held at once; a hanging teardown is cut off after 1.5 s
     assert "holding the robot" in edge.log() or "terminated" in edge.log()
 
 
