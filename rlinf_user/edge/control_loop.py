@@ -409,6 +409,7 @@ def serve(make_backend: Callable[[], EdgeBackend], address: str, hz: float, watc
 def _shut_down(backend: EdgeBackend, sock: zmq.Socket, ctx: zmq.Context, timeout_s: float = 1.5) -> None:
     """Hold, release the backend, and leave within ``timeout_s`` whatever it does: a driver
     or renderer that hangs in its teardown must not keep this process alive."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a late SIGTERM must not cut this short
     try:
         backend.hold()
     except Exception:  # noqa: BLE001

@@ -67,7 +67,8 @@ class EdgeDaemon:
                  peer_timeout_s: float = 2.0, max_message_bytes: int = protocol.DEFAULT_MAX_BYTES,
                  realtime_priority: int = 0, spin_s: float = 0.0005, cameras: dict | None = None,
                  frame_max_age_s: float = 0.25, start_timeout_s: float = 60.0, stream_hwm: int = 2,
-                 peer_rate_hz: float = 50.0, total_rate_hz: float = 500.0, daemon_timeout_s: float = 2.0):  # fmt: skip
+                 peer_rate_hz: float = 50.0, total_rate_hz: float = 500.0, daemon_timeout_s: float = 2.0,
+                 ingress_budget_bytes: int | None = None):  # fmt: skip
         self.make_backend = make_backend
         self.bind, self.port = bind, port
         self.hz, self.watchdog_periods = control_hz, watchdog_periods
@@ -81,6 +82,9 @@ class EdgeDaemon:
         self.auth = ServerAuth(self.ctx, secret_key, authorized_keys, bind)
         self.stream_hwm = stream_hwm
         self.daemon_timeout_s = daemon_timeout_s
+        # what unfinished messages from peers may make this process hold (see memguard)
+        self.ingress_budget = ingress_budget_bytes or max(64 * 2**20, 4 * max_message_bytes)
+        self.guard = None
         self.controller: bytes | None = None
         self.controller_key: str | None = None  # CURVE public key (z85) of the controller
         self.session: str | None = None
@@ -123,6 +127,10 @@ class EdgeDaemon:
         self.pub.sndhwm = self.stream_hwm
         self.auth.apply(self.pub)
         self._bind(self.pub, self.port + 1)
+        from rlinf_user.edge.memguard import IngressGuard
+
+        self.guard = IngressGuard(self.ingress_budget)
+        self.guard.start()
         self._ipc_dir = make_ipc_dir()
         address = f"ipc://{self._ipc_dir}/control.sock"
         self.pair = self.ctx.socket(zmq.PAIR)
@@ -248,7 +256,8 @@ class EdgeDaemon:
     def telemetry(self) -> dict[str, Any]:
         """The loop's latest snapshot plus this process's counters (no round trip)."""
         body = dict(self.snapshot)
-        body.update(daemon=dict(self.counts, rate_limited=self.limiter.limited), cameras=self._camera_stats(),
+        counts = dict(self.counts, rate_limited=self.limiter.limited, ingress_cut=self.guard.cut if self.guard else 0)
+        body.update(daemon=counts, cameras=self._camera_stats(),
                     snapshot_age_s=time.monotonic() - self.snapshot_at if self.snapshot_at else None)  # fmt: skip
         return body
 
@@ -387,6 +396,8 @@ class EdgeDaemon:
             if proc.is_alive():
                 proc.kill()
                 proc.join(0.5)
+        if self.guard is not None:
+            self.guard.stop()
         for stream in self.cameras.values():
             stream.stop()
         for name in ("router", "pub", "pair", "monitor"):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -193,6 +195,43 @@ def test_oversized_messages_never_make_the_daemon_hold_them(edge):
     c.close()
     assert _hwm_mb(daemon) - base < 100, (base, _hwm_mb(daemon))
     s.close()
+
+
+def test_a_never_ending_message_of_small_frames_is_cut_off(edge):
+    """Frames under the per-frame cap, never a last frame: libzmq would buffer them all."""
+    daemon = psutil.Process(edge.proc.pid)
+    base = _hwm_mb(daemon)
+    raw = _zmtp_dealer(edge.port)  # libzmq's own sender would hold frames until the last one
+    frame = struct.pack(">BQ", 0x03, 2**20) + bytes(2**20)  # MORE|LONG, 1 MB: under the 16 MB cap
+    sent = 0
+    try:
+        for _ in range(400):  # 400 MB, one message that never ends
+            raw.sendall(frame)
+            sent += 1
+    except OSError:
+        pass  # the daemon dropped the connection
+    raw.close()
+    time.sleep(0.5)
+    c = _client(edge.port)
+    c.hello()  # still serving
+    t = c.telemetry()
+    c.close()
+    assert sent < 400, "the connection was never dropped"
+    assert t["daemon"]["ingress_cut"] >= 1
+    assert _hwm_mb(daemon) - base < 64 + 64, (base, _hwm_mb(daemon))  # budget 64 MB + a check's worth
+
+
+def _zmtp_dealer(port: int) -> socket.socket:
+    """A raw TCP peer speaking ZMTP 3.0 (NULL mechanism) by hand, as an attacker can."""
+    raw = socket.create_connection(("127.0.0.1", port))
+    raw.sendall(b"\xff" + bytes(8) + b"\x7f\x03\x00" + b"NULL".ljust(20, b"\0") + b"\x00" + bytes(31))
+    props = b"\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
+    ready = b"\x05READY" + props
+    raw.sendall(struct.pack(">BB", 0x04, len(ready)) + ready)
+    got = b""
+    while len(got) < 64 + 2:  # the daemon's greeting and the start of its READY
+        got += raw.recv(4096)
+    return raw
 
 
 def _hwm_mb(proc: psutil.Process) -> float:
