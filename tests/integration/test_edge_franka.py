@@ -8,6 +8,7 @@ the daemon's own state stream (TCP pose and velocity measured by libfranka).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -191,3 +192,74 @@ def test_explicit_stop_halts_and_refuses_until_reset(edge):
         assert m.body["reset"]
     finally:
         c.close()
+
+
+
+def _running(procs):
+    import psutil
+
+    out = []
+    for p in procs:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _serves(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+def test_kill_9_of_the_daemon_leaves_no_franky_sim_and_a_restart_works(tmp_path):
+    import glob
+    import os
+    import signal
+    import tempfile
+
+    import psutil
+
+    host, args = "127.0.0.32", ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.32"]
+    edge = EdgeProcess(args, free_ports(2), tmp_path / "first.log")
+    family = psutil.Process(edge.proc.pid).children(recursive=True)
+    assert any("franky_sim" in " ".join(p.cmdline()) for p in family)
+    ipc = glob.glob(os.path.join(tempfile.gettempdir(), f"rlinf-edge-{edge.proc.pid}-*"))
+    assert ipc, "the daemon names its IPC folder after itself"
+    os.kill(edge.proc.pid, signal.SIGKILL)
+    edge.proc.wait(5)
+    _, alive = psutil.wait_procs(family, timeout=3.0)
+    assert not _running(alive), [p.cmdline() for p in _running(alive)]
+    assert not _serves(host, 1337), "franky-sim still serves the robot port"
+    again = EdgeProcess(args, free_ports(2), tmp_path / "second.log")  # the same command
+    try:
+        assert not any(os.path.exists(d) for d in ipc), "the dead daemon's IPC folder was left"
+        c = EdgeClient("127.0.0.1", again.port, timeout_s=5.0)
+        c.hello()
+        c.reset(seed=0)
+        c.close()
+    finally:
+        again.close()
+
+
+def test_a_held_robot_port_is_one_clear_line_naming_the_holder(tmp_path):
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.33", 1337))
+    holder.listen(1)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "rlinf_user.cli.main", "edge", "--robot", "franka", "franky_sim=true",
+             "robot.ip=127.0.0.33", f"port={free_ports(2)}"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        holder.close()
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr + out.stdout
+    assert f"pid {os.getpid()}" in out.stderr and "already served" in out.stderr, out.stderr
