@@ -5,6 +5,12 @@
 #
 #   bash scripts/install.sh            # default extras: sim,test
 #   EXTRAS=sim,franka-sim,realsense,teleop,test bash scripts/install.sh
+#   bash scripts/install.sh --torch-args   # only print the pip arguments chosen for torch
+#
+# The CPU build of torch is asked for by its explicit local version (torch==X+cpu) from
+# every source pip is configured with (pip.conf, PIP_* variables, PyPI), so a local
+# wheel folder is used wherever it is offered; PyTorch's CPU index is only ever added as an
+# extra index, never in place of PyPI, so torch's own dependencies still resolve.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,45 +19,55 @@ TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 PYTHON="${PYTHON:-python3}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
+CPU_INDEX="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+# The pip arguments that install the CPU build: a +cpu wheel that any configured source
+# offers locally (no network), else the same version from PyTorch's CPU index as an extra.
+torch_cpu_args() {
+  local py="$1"
+  if "$py" -m pip download -qq --no-deps --no-index -d "$work/torch" "torch==$TORCH_VERSION+cpu" >/dev/null 2>&1; then
+    ls "$work"/torch/torch-*.whl
+  else
+    echo "torch==$TORCH_VERSION+cpu --extra-index-url $CPU_INDEX"
+  fi
+}
+
+if [ "${1:-}" = "--torch-args" ]; then
+  if has_gpu; then echo "torch==$TORCH_VERSION"; else torch_cpu_args "$PYTHON"; fi
+  exit 0
+fi
+
 bash scripts/install_system_deps.sh
 
 if [ ! -x .venv/bin/python ]; then
   echo "[rlinf-user] creating .venv"
   "$PYTHON" -m venv .venv
 fi
-PIP=(.venv/bin/python -m pip install -q)
+# -qq: errors only (a pip configured with absent extra indexes warns once per package)
+PIP=(.venv/bin/python -m pip install -qq)
+torch_version() { .venv/bin/python -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || true; }
 
-has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
-
-installed_torch=$(.venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
+installed_torch=$(torch_version)
 if has_gpu; then
   if [ -z "$installed_torch" ] || [[ "$installed_torch" == *+cpu* ]]; then
     echo "[rlinf-user] NVIDIA GPU found: installing the CUDA build of torch==$TORCH_VERSION"
     "${PIP[@]}" "torch==$TORCH_VERSION"
   fi
-else
-  if [ -z "$installed_torch" ]; then
-    # Never let a CPU machine pull the multi-GB CUDA build: use a CPU wheel that pip's own
-    # configuration already offers (find-links), else PyTorch's CPU index.
-    local_cpu=""
-    for dir in $(.venv/bin/python -m pip config get global.find-links 2>/dev/null || true); do
-      dir="${dir#file://}"
-      if ls "$dir"/torch-"$TORCH_VERSION"+cpu-*.whl >/dev/null 2>&1; then local_cpu=1; fi
-    done
-    if [ -n "$local_cpu" ]; then
-      echo "[rlinf-user] no GPU: installing the CPU build torch==$TORCH_VERSION (local wheel)"
-      "${PIP[@]}" "torch==$TORCH_VERSION"
-    else
-      echo "[rlinf-user] no GPU: installing the CPU build torch==$TORCH_VERSION from PyTorch's CPU index"
-      "${PIP[@]}" "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
-    fi
-  fi
+elif [ -z "$installed_torch" ]; then
+  # Never let a CPU machine pull the multi-GB CUDA build.
+  read -r -a torch_args <<<"$(torch_cpu_args .venv/bin/python)"
+  echo "[rlinf-user] no GPU: installing the CPU build of torch==$TORCH_VERSION (${torch_args[*]})"
+  "${PIP[@]}" "${torch_args[@]}"
 fi
 
-# Pin whatever torch is now installed so no dependency can swap it for another build.
-constraints=$(mktemp)
-trap 'rm -f "$constraints"' EXIT
-.venv/bin/python -c 'import torch; print("torch==" + torch.__version__)' > "$constraints"
+# Pin whatever torch is now installed so no dependency can swap it for another build
+# (read from its metadata: importing torch before numpy is installed only warns).
+constraints="$work/constraints.txt"
+echo "torch==$(torch_version)" > "$constraints"
 echo "[rlinf-user] installing rlinf-user[$EXTRAS] (torch pinned: $(cat "$constraints"))"
 "${PIP[@]}" -c "$constraints" -e ".[$EXTRAS]"
 echo "[rlinf-user] done: $(.venv/bin/rlinf-user --help >/dev/null && echo 'rlinf-user ready in .venv/bin')"

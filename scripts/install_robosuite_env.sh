@@ -27,7 +27,7 @@ trap 'rm -f "$constraints"' EXIT
 # No torch in this environment, ever: any package that asks for it fails the install.
 echo "torch<0" >"$constraints"
 
-pip=("$VENV/bin/python" -m pip install -q -c "$constraints")
+pip=("$VENV/bin/python" -m pip install -qq -c "$constraints")  # errors only
 "${pip[@]}" --upgrade pip
 "${pip[@]}" "robosuite==1.5.2" "mujoco==3.8.1" gymnasium omegaconf pytest pytest-timeout
 "${pip[@]}" --no-deps -e "$ROOT"

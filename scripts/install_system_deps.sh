@@ -61,4 +61,4 @@ for icd in "$MESA_DIR"/usr/share/vulkan/icd.d/lvp_icd*.json; do
   lib=$(ls "$MESA_DIR"/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so)
   sed -i "s#\"library_path\": *\"[^\"]*\"#\"library_path\": \"$lib\"#" "$icd"
 done
-echo "[rlinf-user] lavapipe ready: $(ls "$MESA_DIR"/usr/share/vulkan/icd.d/)"
+echo "[rlinf-user] lavapipe ready: $(ls "$MESA_DIR"/usr/share/vulkan/icd.d/lvp_icd*.json)"
