@@ -1,6 +1,6 @@
 """Edge daemon benchmarks: control-loop timing, command round trip, camera frame latency.
 
-Three sub-benchmarks (all by default, or pick with ``--loop``, ``--rtt``, ``--frames``):
+Four sub-benchmarks (all by default, or pick with ``--loop``, ``--rtt``, ``--frames``, ``--flood``):
 
 ``--loop``    Control-loop period error at 10/20/50 Hz: idle; loaded (2 busy-loop processes
               plus a 640x480 @ 15 fps synthetic camera resized to 128x128 and JPEG-encoded
@@ -9,11 +9,14 @@ Three sub-benchmarks (all by default, or pick with ``--loop``, ``--rtt``, ``--fr
               franky-sim. -> ``results/edge_control_loop.json``
 ``--rtt``     Command round trip on loopback: ``ping`` through ``EdgeClient.request`` (answered
               by the daemon's network process), a raw DEALER ``ping`` carrying an act-sized
-              array, ``telemetry`` (answered by the control-loop process), a bare ZMQ
+              array, ``telemetry`` (answered by the daemon from the loop's latest snapshot), a bare ZMQ
               ROUTER echo as the floor; without and with CURVE. -> ``results/edge_round_trip.json``
 ``--frames``  Capture-to-learner frame latency: from ``Frame.stamp`` (capture, monotonic) to
               the moment ``RemoteRobotEnv.step`` returns the decoded image, for raw 640x480,
               raw 128x128 and JPEG 128x128 (and JPEG 640x480). -> ``results/edge_frames.json``
+``--flood``   The control loop at 10/20 Hz (normal and SCHED_FIFO) while a hostile client floods
+              the daemon with requests, beside an idle 20 Hz case; then the watchdog's hold
+              time under the flood. -> ``results/edge_flood.json``
 
 Every run writes ``results/EDGE.md`` (tables built from whichever JSON files exist;
 ``--summary`` only rebuilds it). Numbers are medians and p99 per repetition and pooled over
@@ -188,6 +191,37 @@ def _burn(stop) -> None:
         for _ in range(5_000):
             x = (x * 1103515245 + 12345) % 2147483648
         a = np.sqrt(a * a + 1.0) - 0.5
+
+
+FLOODER = """
+import sys, time, zmq
+from rlinf_user.edge.protocol import Message, encode
+s = zmq.Context().socket(zmq.DEALER); s.linger = 0; s.sndhwm = 0
+s.connect("tcp://127.0.0.1:" + sys.argv[1])
+frames = encode(Message("telemetry", 1)); n = 0
+print("flooding", flush=True)
+while True:
+    s.send_multipart(frames); n += 1
+    while s.poll(0):
+        s.recv_multipart()
+"""
+
+
+class Flood:
+    """A hostile client: raw DEALER, no hello, ``telemetry`` requests as fast as it can."""
+
+    def __init__(self, port: int):
+        self.proc = subprocess.Popen([sys.executable, "-c", FLOODER, str(port)], stdout=subprocess.PIPE,
+                                     text=True, start_new_session=True)  # fmt: skip
+        self.proc.stdout.readline()
+        _CHILDREN.append(self)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        if self in _CHILDREN:
+            _CHILDREN.remove(self)
 
 
 class Load:
@@ -430,6 +464,10 @@ class LoopCase:
         return self.condition.startswith("loaded")
 
     @property
+    def flood(self) -> bool:
+        return self.condition.startswith("flood")
+
+    @property
     def rt(self) -> int:
         return 40 if self.condition.endswith("_rt") else 0
 
@@ -453,10 +491,11 @@ def loop_case(case: LoopCase, reps: int, rep_s: float, tmp: Path, bg: float | No
     t_start = time.monotonic()
     daemon = serve_child(spec, tmp, name)
     load = Load(2) if case.loaded else None
-    env = None
+    env = flood = None
     try:
         env = remote_env(port, cameras, task="reach" if case.backend == "franka" else "edge")
         step_for(env, 1.0)  # warm-up, not counted
+        flood = Flood(port) if case.flood else None
         windows, steps, busy = [], [], []
         for _ in range(reps):
             c0 = cpu_times()
@@ -464,9 +503,12 @@ def loop_case(case: LoopCase, reps: int, rep_s: float, tmp: Path, bg: float | No
             busy.append(busy_pct(c0, cpu_times()))
             windows.append((t0, t1))
             steps.append(durations)
+        watchdog = watchdog_check(env, case.hz) if case.flood else None
         t_tel = time.monotonic()
         telemetry = env.telemetry()
     finally:
+        if flood is not None:
+            flood.close()
         if env is not None:
             env.close()
         if load is not None:
@@ -538,7 +580,43 @@ def loop_case(case: LoopCase, reps: int, rep_s: float, tmp: Path, bg: float | No
     if case.hz <= 20 and case.loaded:
         row["target"] = "p99 <= 2 ms under load at 10-20 Hz"
         row["target_met"] = row["pooled"]["p99_ms"] <= 2.0
+    if case.flood:
+        row["load"] = "a hostile client flooding telemetry requests (raw DEALER, no hello)"
+        row["watchdog"] = watchdog
+        row["flood"] = {k: (telemetry.get("daemon") or {}).get(k) for k in ("rate_limited", "rejected", "overloaded")}
+        if case.hz == 20 and case.rt:
+            row["target"] = "p99 <= 2 ms during the flood at 20 Hz (SCHED_FIFO), no missed watchdog"
+            row["target_met"] = row["pooled"]["p99_ms"] <= 2.0 and watchdog["held_on_time"]
     return row
+
+
+def watchdog_check(env, hz: float) -> dict[str, Any]:
+    """During the flood the controller goes quiet after one action: the hold must come two
+    periods later, as without a flood."""
+    before = env.telemetry()["watchdog_holds"]
+    env.step(np.zeros(7, np.float32))
+    time.sleep(6 / hz)
+    t = env.telemetry()
+    hold = t.get("last_hold") or {}
+    after = hold.get("after_s")
+    on_time = t["watchdog_holds"] == before + 1 and hold.get("idle_periods") == 2 and after is not None \
+        and after <= 2 / hz + 0.005  # fmt: skip
+    return {"holds": t["watchdog_holds"] - before, "idle_periods": hold.get("idle_periods"),
+            "after_s": after, "held_on_time": bool(on_time)}  # fmt: skip
+
+
+def run_flood(args, tmp: Path) -> dict[str, Any]:
+    """The control loop while a hostile client floods the daemon, beside the idle case."""
+    cases = [LoopCase(20.0, "idle")] + [LoopCase(hz, c) for c in ("flood", "flood_rt") for hz in (10.0, 20.0)]
+    rows = []
+    for case in cases:
+        seconds = {10.0: 12.0, 20.0: 8.0}[case.hz] * args.scale
+        print(f"[flood] {case.hz:g} Hz {case.condition}: {args.reps} x {seconds:g} s", flush=True)
+        row = loop_case(case, args.reps, seconds, tmp, background(args, "flood"))
+        print("   ", json.dumps({k: row.get(k) for k in ("pooled", "watchdog", "flood", "loop_sched")}), flush=True)
+        rows.append(row)
+    return {"benchmark": "edge control loop under a hostile flood", "machine": args.machine,
+            "unit": "ms (absolute wake-up error of each tick against its due time)", "cases": rows}  # fmt: skip
 
 
 def run_loop(args, tmp: Path) -> dict[str, Any]:
@@ -667,8 +745,8 @@ def run_rtt(args, tmp: Path) -> dict[str, Any]:
                 "decodes and answers pong, client decodes",
         "raw_ping_act_sized": "bare DEALER, pre-encoded ping carrying a 7 x float32 array; "
                               "answered by the daemon network process",
-        "telemetry": "EdgeClient.telemetry(): daemon forwards to the control-loop process over "
-                     "IPC and back (includes the loop's percentile computation)",
+        "telemetry": "EdgeClient.telemetry(): answered by the daemon from the control loop's "
+                     "latest snapshot (no round trip through the loop)",
         "zmq_echo_floor": "bare DEALER to a bare ROUTER echo process (no protocol, no daemon)",
     }  # fmt: skip
     rows = []
@@ -861,8 +939,8 @@ def write_summary(out_dir: Path) -> Path:
         machine_desc = machine_desc or data["machine"]
         lines += ["## 2. Command round trip on loopback", "",
                   "`rlinf-user edge --sim gym_hil`, one client process. Target (protocol round "
-                  "trip, `ping`): p50 <= 150 us, p99 <= 500 us. `telemetry` goes through the "
-                  "control-loop process; an `act` waits for the next control tick by design and "
+                  "trip, `ping`): p50 <= 150 us, p99 <= 500 us. `telemetry` is answered by the "
+                  "daemon from the loop's latest snapshot; an `act` waits for the next control tick by design and "
                   "is not a round-trip measure. Loaded: 2 busy-loop processes. CPU busy before each "
                   "repetition (other processes): "
                   + ", ".join(f"{_fmt(b, 0)} %" for b in data.get("background_cpu_busy_pct", [])) + ".", "",
@@ -900,6 +978,27 @@ def write_summary(out_dir: Path) -> Path:
                          f"{cell(p['attach_to_learner'])} | {_fmt(cs.get('process_ms'))} | {_fmt(cs.get('encode_ms'))} | "
                          f"{_fmt(r.get('background_cpu_busy_pct'), 0)} |")  # fmt: skip
         lines.append("")
+    flood = out_dir / "edge_flood.json"
+    if flood.exists():
+        data = json.loads(flood.read_text())
+        machine_desc = machine_desc or data["machine"]
+        lines += ["## 4. Control loop under a hostile flood", "",
+                  "A second process floods the daemon with `telemetry` requests from a raw DEALER "
+                  "socket (no `hello`, as fast as it can) while the controller steps continuously; "
+                  "then the controller sends one action and goes quiet, and the watchdog must hold "
+                  "two periods later. Target: p99 <= 2 ms at 20 Hz with SCHED_FIFO, no missed hold.", "",
+                  "| Hz | condition | loop sched | ticks | p50 ms | p99 ms | max ms | client step p50 / p99 ms | "
+                  "flood requests dropped | watchdog hold after | target |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in data["cases"]:
+            p, w, f = r["pooled"], r.get("watchdog") or {}, r.get("flood") or {}
+            steps = [x["client_step_ms_p50"] for x in r["per_rep"]], [x["client_step_ms_p99"] for x in r["per_rep"]]
+            target = "-" if "target_met" not in r else ("met" if r["target_met"] else "**missed**")
+            hold = "-" if not w else f"{w['after_s'] * 1e3:.0f} ms ({w['idle_periods']} periods)"
+            lines.append(f"| {r['hz']:g} | {r['condition']} | {r['loop_sched']} | {p['n']} | {_fmt(p['p50_ms'], 3)} | "
+                         f"{_fmt(p['p99_ms'])} | {_fmt(p['max_ms'])} | {_fmt(float(np.median(steps[0])))} / "
+                         f"{_fmt(float(np.max(steps[1])))} | {f.get('rate_limited', '-')} | {hold} | {target} |")  # fmt: skip
+        lines.append("")
     if machine_desc:
         m = machine_desc
         lines += ["## Machine", "",
@@ -915,6 +1014,7 @@ def write_summary(out_dir: Path) -> Path:
               "python benchmarks/bench_edge.py --loop --franka    # control loop incl. the franky-sim Franka case",
               "python benchmarks/bench_edge.py --rtt              # round trip only (about 1 minute)",
               "python benchmarks/bench_edge.py --frames           # frame latency only",
+              "python benchmarks/bench_edge.py --flood            # the loop under a hostile flood (about 3 minutes)",
               "python benchmarks/bench_edge.py --quick            # short repetitions, a smoke run",
               "python benchmarks/bench_edge.py --summary          # rebuild this file from the JSON",
               "```", "",
@@ -948,6 +1048,7 @@ def main() -> None:
     ap.add_argument("--loop", action="store_true", help="control-loop period error")
     ap.add_argument("--rtt", action="store_true", help="command round trip")
     ap.add_argument("--frames", action="store_true", help="capture-to-learner frame latency")
+    ap.add_argument("--flood", action="store_true", help="control loop while a hostile client floods the daemon")
     ap.add_argument("--franka", action="store_true", help="add the Franka (franky-sim) 10 Hz case to --loop")
     ap.add_argument("--franka-conditions", default="idle", help="comma list of idle,loaded,loaded_rt")
     ap.add_argument("--no-franka", action="store_true", help="skip the Franka case when running everything")
@@ -976,7 +1077,7 @@ def main() -> None:
         return
     if args.quick:
         args.scale = 0.2
-    everything = not (args.loop or args.rtt or args.frames)
+    everything = not (args.loop or args.rtt or args.frames or args.flood)
     if everything and not args.no_franka:
         args.franka = True
     signal.signal(signal.SIGTERM, _on_signal)
@@ -988,7 +1089,8 @@ def main() -> None:
     try:
         for flag, fn, name in ((args.loop, run_loop, "edge_control_loop.json"),
                                (args.rtt, run_rtt, "edge_round_trip.json"),
-                               (args.frames, run_frames, "edge_frames.json")):  # fmt: skip
+                               (args.frames, run_frames, "edge_frames.json"),
+                               (args.flood, run_flood, "edge_flood.json")):  # fmt: skip
             if everything or flag:
                 t = time.monotonic()
                 result = fn(args, tmp)

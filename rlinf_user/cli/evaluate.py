@@ -64,6 +64,7 @@ def run_eval(args, console) -> int:
     table.add_row("episodes", str(result["episodes"]))
     table.add_row("success rate", f"{result['success_rate']:.0%}")
     table.add_row("mean return", f"{result['mean_return']:.3f}")
-    table.add_row("video", result["video"] or "(no frames: backend cannot render)")
+    if args.video_episodes > 0:
+        table.add_row("video", result["video"] or "(no frames: backend cannot render)")
     console.print(table)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.live import Live
 from rich.table import Table
 
-from rlinf_user.runtime.trainer import Progress
+from rlinf_user.runtime.trainer import RECENT_EPISODES, Progress
 
 
 def progress_table(p: Progress, total_steps: int, title: str) -> Table:
@@ -15,7 +15,7 @@ def progress_table(p: Progress, total_steps: int, title: str) -> Table:
     pct = 100.0 * p.env_steps / max(1, total_steps)
     t.add_row("env steps", f"{p.env_steps:,} / {total_steps:,} ({pct:.0f}%)")
     t.add_row("episodes", f"{p.episodes:,}")
-    t.add_row("success (last 50 episodes)", f"{p.recent_success:.0%}")
+    t.add_row(f"success (last {RECENT_EPISODES} episodes)", f"{p.recent_success:.0%}")
     t.add_row("eval success (latest / best)",
               "-" if p.eval_success is None else f"{p.eval_success:.0%} / {p.best_eval_success:.0%}")
     t.add_row("env steps/s", f"{p.env_steps_per_s:,.0f}")

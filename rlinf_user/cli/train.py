@@ -37,13 +37,34 @@ def run_train(args, console) -> int:
             trainer.run()
     finally:
         trainer.close()
-    s = trainer.summary
-    table = Table(title="training finished", show_header=False)
-    for k in ("stop_reason", "env_steps", "episodes", "updates", "policy_version", "wall_seconds",
-              "final_eval_success", "best_eval_success", "checkpoint"):
-        table.add_row(k, str(s[k]))
-    console.print(table)
+    print_summary(console, trainer.summary, run_dir)
     return 0
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.0%}"
+
+
+def print_summary(console, s: dict, run_dir) -> None:
+    """The end-of-run table: what stopped it, which policy is kept, how to evaluate it."""
+    console.print()
+    table = Table(title="training finished", show_header=False, expand=False)
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column(overflow="fold")
+    table.add_row("stopped", str(s["stop_reason"]))
+    table.add_row("env steps / episodes / updates", f"{s['env_steps']:,} / {s['episodes']:,} / {s['updates']:,}")
+    table.add_row("wall time", f"{s['wall_seconds'] / 60:.1f} min")
+    table.add_row(f"success (last {s.get('recent_episodes', 50)} training episodes)", _pct(s.get("recent_success")))
+    table.add_row(f"final eval (last policy, v{s['policy_version']})", _pct(s["final_eval_success"]))
+    best = s.get("best")
+    if best:
+        table.add_row("kept policy (best evaluation)",
+                      f"{best['checkpoint']} (v{best['policy_version']}, eval success {best['eval_success']:.0%})")
+    table.add_row("latest checkpoint", str(s["checkpoint"]))
+    console.print(table)
+    which = "best" if best else "latest"
+    console.print(f"evaluate the {'kept' if best else 'latest'} policy on fresh episodes:\n"
+                  f"  [bold]rlinf-user eval {run_dir} --checkpoint {which} --episodes 50[/]", soft_wrap=True)
 
 
 def _resume_config(cfg, overrides):

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from rlinf_user.edge.arm import PROPRIO_NAMES, ArmDriver, ArmError
+from rlinf_user.edge.ratelimit import LogThrottle
 from rlinf_user.edge.safety import Breach, SafetyConfig, SafetyFilter
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class ArmBackend(EdgeBackend):
         self.safety = SafetyFilter(safety)
         self.description = description
         self.recoveries = 0
+        self.box_events = LogThrottle(log, interval_s=5.0)
         self.driver.connect()
 
     def spec(self) -> dict[str, Any]:
@@ -89,6 +91,7 @@ class ArmBackend(EdgeBackend):
                 "max_translation": cfg.max_translation,
                 "max_rotation": cfg.max_rotation,
                 "active": [True] * 7,
+                "target_mode": cfg.target_mode,
             },
             "workspace": [list(cfg.workspace_low), list(cfg.workspace_high)],
             "versions": self.driver.versions(),
@@ -109,7 +112,7 @@ class ArmBackend(EdgeBackend):
                 raise ArmError(f"the arm is in error ({fault}) and recovery failed: "
                                "check the robot (Desk) and reset again")  # fmt: skip
         elif options.get("home", True) is False and self.safety.home is not None:
-            self.driver.hold()
+            self.hold()
             return self._tick(self.driver.read())
         state = self.driver.home()
         self.safety.set_home(state.tcp_quaternion)
@@ -123,7 +126,16 @@ class ArmBackend(EdgeBackend):
         return breaches
 
     def observe(self) -> Tick:
-        return self._tick(self.driver.read())
+        """Read the arm; a measured TCP outside the workspace box is held back inside."""
+        state = self.driver.read()
+        tick = self._tick(state)
+        event = self.safety.check_measured(state)
+        if event is not None:
+            self.box_events.warn("box exit", "safety box_exit: %s", event.detail)
+            if not state.error:
+                self.driver.track(self.safety.hold_inside(state))
+            tick.info["safety"] = ["box_exit"]
+        return tick
 
     def _tick(self, state) -> Tick:
         info = {"error": state.error} if state.error else {}
@@ -131,6 +143,7 @@ class ArmBackend(EdgeBackend):
 
     def hold(self) -> None:
         self.driver.hold()
+        self.safety.restart()
 
     def stop(self) -> None:
         self.driver.stop()
@@ -139,7 +152,8 @@ class ArmBackend(EdgeBackend):
         self.driver.close()
 
     def telemetry(self) -> dict[str, Any]:
-        return {"safety": dict(self.safety.counts), "recoveries": self.recoveries}
+        return {"safety": dict(self.safety.counts), "recoveries": self.recoveries,
+                "box_worst_exit_mm": self.safety.worst_exit * 1e3, "target_mode": self.safety.cfg.target_mode}  # fmt: skip
 
 
 class SimBackend(EdgeBackend):

@@ -33,6 +33,13 @@ class SafetySchema:
     max_tilt: float = 0.8
     gripper_threshold: float = 0.5
     watchdog_periods: int = 2
+    target_mode: str = "commanded"  # commanded: deltas integrate on the last target | measured
+    max_lead: float = 0.03
+    max_lead_rotation: float = 0.2
+    workspace_margin: float = 0.01
+    brake_distance: float = 0.05
+    brake_gain: float = 0.5
+    box_tolerance: float = 0.002
 
 
 @dataclass

@@ -213,8 +213,7 @@ class ControlLoop:
             self._send(error(msg.rid, "unsafe", f"action refused, nothing sent: {err}"))
             return
         except Exception as err:  # noqa: BLE001 - a driver error must reach the client
-            log.exception("backend failed to apply an action")
-            self._send(error(msg.rid, "backend", f"{type(err).__name__}: {err}"))
+            self._enter_fault(err, msg.rid)
             return
         self.applied += 1
         self.pending_rid = msg.rid
@@ -265,8 +264,9 @@ class ControlLoop:
                 if msg.kind == "reset":
                     due = self.next_due
 
-    def _enter_fault(self, err: Exception) -> None:
-        """A backend error while observing: hold, refuse actions, report; reset recovers."""
+    def _enter_fault(self, err: Exception, rid: int | None = None) -> None:
+        """A backend error (reading or commanding the robot): hold, refuse actions until a
+        reset recovers, and report it to the request ``rid`` (else the one owed a reply)."""
         self.fault = f"{type(err).__name__}: {err}"
         log.error("backend fault, robot held until the next reset: %s", self.fault)
         try:
@@ -274,7 +274,11 @@ class ControlLoop:
         except Exception as hold_err:  # noqa: BLE001 - the driver may be down entirely
             log.error("hold after the fault failed too: %s", hold_err)
         self.in_episode, self.queued, self.holding = False, None, True
-        rid, self.pending_rid = self.pending_rid or 0, None
+        if rid is None:
+            rid = self.pending_rid or 0
+        elif self.pending_rid is not None:  # the earlier action's observation never comes
+            self._send(error(self.pending_rid, "backend", f"robot fault: {self.fault}"))
+        self.pending_rid = None
         self._send(error(rid, "backend", f"robot fault, send reset to recover: {self.fault}"))
 
     def _on_tick(self) -> None:
@@ -288,7 +292,7 @@ class ControlLoop:
             return
         if self.pending_rid is not None:
             self.acted_ticks += 1
-            extra = {"tick": self.tick, "breaches": self.pending_breaches}
+            extra = {"tick": self.tick, "breaches": self.pending_breaches + t.info.pop("safety", [])}
             self._send(tick_message("obs", self.pending_rid, t, extra))
             self.pending_rid = None
             if self.queued is not None:

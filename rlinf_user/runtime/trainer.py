@@ -26,6 +26,8 @@ from rlinf_user.runtime.workers import START_TIMEOUT_S, PoolError, WorkerPool
 
 log = logging.getLogger(__name__)
 
+RECENT_EPISODES = 50  # the window of "recent" success, in the progress table and the summary
+
 ROLLOUT_STEPS = 100
 ROLLOUTS_IN_FLIGHT = 2
 TRAIN_CALL_UPDATES = 50
@@ -314,7 +316,7 @@ class Trainer:
         self._start()
         self._open_tensorboard()
         t_start = time.monotonic()
-        recent = deque(maxlen=50)
+        recent = deque(maxlen=RECENT_EPISODES)
         supervised = deque(maxlen=20)
         is_supervised = bool(cfg.intervention.enabled)
         # Each worker always has its next rollout call queued behind the running one, so it
@@ -446,6 +448,8 @@ class Trainer:
             "reward_restarts": p.reward_restarts,
             "reward_server": self._stats_of(self.reward_server),
             "classified_success": p.classified_success,
+            "recent_success": p.recent_success,
+            "recent_episodes": RECENT_EPISODES,
             "members": self.member_stats(),
             "placement": self._where(),
             "interventions": p.interventions,
@@ -460,7 +464,7 @@ class Trainer:
     def _book_rollout(self, r: dict[str, Any], recent: deque, supervised: deque, is_supervised: bool) -> None:
         p = self.progress
         p.env_steps += r["steps"]
-        member = p.members.setdefault(r.get("member", "env"), {"env_steps": 0, "episodes": 0, "recent": deque(maxlen=20)})
+        member = p.members.setdefault(r.get("member", "env"), {"env_steps": 0, "episodes": 0, "recent": deque(maxlen=RECENT_EPISODES)})
         member["env_steps"] += r["steps"]
         for ep in r["episodes"]:
             p.episodes += 1

@@ -8,10 +8,12 @@ control loop: the loop's ``applied`` counter is checked after each refusal.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import msgpack
 import numpy as np
@@ -40,7 +42,12 @@ HZ = 50.0
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):
-    return keygen(tmp_path_factory.mktemp("keys"))
+    folder = tmp_path_factory.mktemp("keys")
+    paths = keygen(folder)
+    # a second authorized client, with its own key pair
+    public, secret = zmq.auth.create_certificates(str(folder), "other")
+    shutil.copy(public, paths["authorized"] / "other.key")
+    return {**paths, "other_secret": Path(secret)}
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +63,9 @@ def edge(keys, tmp_path_factory):
     proc.close()
 
 
-def client(edge, keys, **kw) -> EdgeClient:
+def client(edge, keys, secret: str = "client_secret", **kw) -> EdgeClient:
     return EdgeClient("127.0.0.1", edge.port, server_public_key=str(keys["edge_public"]),
-                      client_secret_key=str(keys["client_secret"]), timeout_s=3.0, **kw)  # fmt: skip
+                      client_secret_key=str(keys[secret]), timeout_s=3.0, **kw)  # fmt: skip
 
 
 def telemetry(edge, keys) -> dict:
@@ -168,13 +175,51 @@ def test_unauthenticated_and_unknown_keys_are_refused_on_both_sides(edge, keys, 
     assert "refused a connection" in edge.log()
 
 
+def test_refused_handshakes_are_logged_once_per_interval_not_per_attempt(edge, keys, tmp_path):
+    stranger = keygen(tmp_path / "many")
+    server_public = zmq.auth.load_certificate(str(keys["edge_public"]))[0]
+    public, secret = zmq.auth.load_certificate(str(stranger["client_secret"]))
+    lines_before = edge.log().count("refused a connection")
+    refused_before = telemetry(edge, keys)["daemon"]["refused_peers"]
+    ctx = zmq.Context()
+    socks = []
+    for _ in range(30):  # 30 wrongly keyed clients, each retrying its handshake
+        s = ctx.socket(zmq.DEALER)
+        s.linger = 0
+        s.reconnect_ivl = 50
+        s.curve_serverkey, s.curve_publickey, s.curve_secretkey = server_public, public, secret
+        s.connect(f"tcp://127.0.0.1:{edge.port}")
+        socks.append(s)
+    time.sleep(3.0)
+    for s in socks:
+        s.close()
+    ctx.term()
+    refused = telemetry(edge, keys)["daemon"]["refused_peers"] - refused_before
+    lines = edge.log().count("refused a connection") - lines_before
+    assert refused >= 30  # every attempt is counted ...
+    assert lines <= 2, f"{lines} log lines for {refused} refusals"  # ... and logged once per 10 s
+
+
 def test_a_second_client_is_refused_while_one_controls(edge, keys):
     a, b = client(edge, keys), client(edge, keys)
     a.hello()
     with pytest.raises(EdgeRefused) as err:
         b.hello()
-    assert err.value.code == "busy"
-    a.close()  # says bye: the robot is free
+    assert err.value.code == "busy" and a.session not in str(err.value)
+    other = client(edge, keys, secret="other_secret")
+    other.session = a.session  # a replayed session id, presented by another authorized key ...
+    with pytest.raises(EdgeRefused) as err:
+        other.hello()
+    assert err.value.code == "busy"  # ... takes nothing while the controller lives
+    other.close()
+    again = client(edge, keys)  # the controller's own key with its session: a reconnect
+    again.session = a.session
+    again.hello()
+    with pytest.raises(EdgeRefused) as err:
+        a.act(np.zeros(7))
+    assert err.value.code == "not_controller"
+    a.close(say_bye=False)
+    again.close()  # says bye: the robot is free
     time.sleep(0.1)
     b.hello()
     b.close()

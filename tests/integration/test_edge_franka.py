@@ -195,6 +195,107 @@ def test_explicit_stop_halts_and_refuses_until_reset(edge):
 
 
 
+def _client(port: int) -> EdgeClient:
+    c = EdgeClient("127.0.0.1", port, timeout_s=5.0)
+    c.hello()
+    c.reset(seed=0)
+    return c
+
+
+def _act(c: EdgeClient, a) -> np.ndarray:
+    return np.asarray(c.act(np.asarray(a, np.float32)).arrays["state"], float)
+
+
+def _go(c: EdgeClient, goal, steps: int = 80) -> np.ndarray:
+    s = _act(c, np.zeros(7))
+    for _ in range(steps):
+        d = np.asarray(goal) - s[:3]
+        if np.linalg.norm(d) < 0.002:
+            break
+        s = _act(c, np.r_[np.clip(d / 0.02, -0.5, 0.5), np.zeros(4)])
+    for _ in range(int(0.5 * HZ)):  # settle with zero actions
+        s = _act(c, np.zeros(7))
+    return s
+
+
+def test_a_commanded_square_is_drawn_at_its_size(edge):
+    """Per-step deltas integrate on the last target: a 10 cm square at 0.1 m/s comes out
+    10 cm wide (measured-pose targets drew it about 2 x 3 cm at 20 Hz)."""
+    c = _client(edge.port)
+    try:
+        start = _go(c, (0.42, -0.05, 0.35))[:3]
+        step = 0.1 / HZ
+        path, speeds = [start], []
+        for leg in ((1, 0, 0), (0, 1, 0), (-1, 0, 0), (0, -1, 0)):
+            n = int(round(0.1 / step))
+            leg_states = [_act(c, np.r_[np.asarray(leg) * step / 0.02, np.zeros(4)])[:3] for _ in range(n)]
+            a, b = leg_states[n // 4], leg_states[3 * n // 4]
+            speeds.append(float(np.dot(b - a, leg)) / ((3 * n // 4 - n // 4) * step))
+            path += leg_states
+        for _ in range(int(HZ)):  # hold with zero actions: the arm settles on the commanded end
+            end = _act(c, np.zeros(7))[:3]
+    finally:
+        c.close()
+    p = np.asarray(path)
+    extent = np.ptp(p, axis=0)
+    assert 0.09 < extent[0] < 0.11 and 0.09 < extent[1] < 0.11, extent
+    assert min(speeds) > 0.85, speeds  # share of each commanded step covered, steady state
+    assert np.linalg.norm(end - start) < 0.004, end - start  # closes the square, no sag left
+    assert abs(p[:, 2] - start[2]).max() < 0.005  # z was never commanded
+
+
+PUSHES = [np.eye(3)[i] * s for i in range(3) for s in (1, -1)]
+PUSHES += [np.array(c, float) for c in __import__("itertools").product((1, -1), repeat=3)]
+
+
+def _push_everywhere(port: int, low, high, rotations=(False, True)) -> tuple[float, dict]:
+    """Saturated pushes from the centre toward every face and corner (with and without a
+    saturated rotation, then rotation only at the face); the furthest the measured TCP got
+    outside the box, and the daemon's safety counters."""
+    lo, hi = np.asarray(low), np.asarray(high)
+    centre = (lo + hi) / 2
+    c = _client(port)
+    worst = -1.0
+    try:
+        for d in PUSHES:
+            for with_rot in rotations:
+                _go(c, centre)
+                rot = np.array([1.0, 0, 1.0]) / np.sqrt(2) if with_rot else np.zeros(3)
+                states = [_act(c, np.r_[d, rot, 0]) for _ in range(int(1.2 * HZ))]
+                if with_rot:
+                    states += [_act(c, np.r_[0, 0, 0, 0, 0, 1 if k % 8 < 4 else -1, 0]) for k in range(int(0.8 * HZ))]
+                p = np.asarray(states)[:, :3]
+                worst = max(worst, float(np.max(np.maximum(lo - p, p - hi))))
+        counters = c.telemetry()["safety"]
+    finally:
+        c.close()
+    return worst, counters
+
+
+@pytest.mark.wallclock
+def test_saturated_pushes_keep_the_measured_tcp_inside_the_box(edge):
+    worst, counters = _push_everywhere(edge.port, LOW, HIGH)
+    assert worst <= 0.002, f"the measured TCP went {worst * 1e3:.1f} mm outside the box"
+    assert counters["box_exit"] == 0 and counters["workspace"] > 0
+
+
+@pytest.mark.wallclock
+def test_saturated_pushes_in_measured_target_mode_keep_the_box_too(tmp_path):
+    low, high = (0.30, -0.25, 0.20), (0.65, 0.25, 0.55)
+    edge = EdgeProcess(
+        ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.34", f"control_hz={HZ}",
+         "safety.target_mode=measured", f"safety.workspace_low=[{','.join(map(str, low))}]",
+         f"safety.workspace_high=[{','.join(map(str, high))}]"],
+        free_ports(2), tmp_path / "edge.log",
+    )  # fmt: skip
+    try:
+        worst, counters = _push_everywhere(edge.port, low, high, rotations=(True,))
+    finally:
+        edge.close()
+    assert worst <= 0.002, f"the measured TCP went {worst * 1e3:.1f} mm outside the box"
+    assert counters["box_exit"] == 0
+
+
 def _running(procs):
     import psutil
 

@@ -79,3 +79,72 @@ def test_soft_reset_holds_where_the_arm_is():
     backend.reset(None, {})
     backend.reset(None, {"home": False})
     assert arm.calls[-1] == "hold" and arm.calls.count("home") == 1
+
+
+class FlakyLink(FaultyArm):
+    """A driver whose reads raise as libfranka does after a UDP receive timeout."""
+
+    def __init__(self):
+        super().__init__(recovers=True)
+        self.down = False
+
+    def read(self):
+        if self.down:
+            raise ArmError("cannot read the Franka state: NetworkException: libfranka: UDP receive: Timeout")
+        return self._state()
+
+    def recover(self):
+        self.down = False
+        return super().recover()
+
+
+def test_a_robot_link_error_is_a_reported_fault_that_reset_recovers():
+    """The real control loop over real ZMQ sockets: a read error holds the arm, refuses
+    actions with the reason, keeps the loop ticking, and the next reset recovers."""
+    import threading
+
+    import zmq
+
+    from rlinf_user.edge.control_loop import ControlLoop
+    from rlinf_user.edge.protocol import Message, decode, encode
+
+    ctx = zmq.Context()
+    daemon, loop_sock = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    daemon.bind("inproc://loop")
+    loop_sock.connect("inproc://loop")
+    arm = FlakyLink()
+    loop = ControlLoop(ArmBackend(arm, SafetyConfig()), loop_sock, hz=50, watchdog_periods=2)
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+
+    def ask(kind, rid, **arrays):
+        daemon.send_multipart(encode(Message(kind, rid, {}, arrays)))
+        deadline = __import__("time").monotonic() + 5
+        while __import__("time").monotonic() < deadline:
+            if daemon.poll(100):
+                m = decode(daemon.recv_multipart())
+                if m.rid == rid and m.kind in ("obs", "error", "ack"):
+                    return m
+        raise TimeoutError(kind)
+
+    try:
+        assert ask("reset", 1).kind == "obs"
+        assert ask("act", 2, action=np.zeros(7, np.float32)).kind == "obs"
+        arm.down = True
+        fault = ask("act", 3, action=np.zeros(7, np.float32))  # answered at the next tick
+        assert fault.kind == "error" and fault.body["code"] == "backend" and "UDP" in fault.body["message"]
+        refused = ask("act", 4, action=np.zeros(7, np.float32))
+        assert refused.body["code"] == "state" and "fault" in refused.body["message"]
+        ticks = loop.tick
+        __import__("time").sleep(0.1)
+        assert loop.tick > ticks and thread.is_alive()  # the loop keeps ticking
+        assert "hold" in arm.calls
+        assert ask("reset", 5).kind == "obs"  # recovery, then homing
+        assert arm.calls[-2:] == ["recover", "home"] and loop.fault is None
+        assert ask("act", 6, action=np.zeros(7, np.float32)).kind == "obs"
+    finally:
+        loop.running = False
+        thread.join(2)
+        daemon.close(0)
+        loop_sock.close(0)
+        ctx.term()

@@ -15,7 +15,15 @@ from rlinf_user.edge.protocol import (
     VersionError,
     decode,
     encode,
+    validate_request,
 )
+
+
+def _nested(depth: int):
+    value: list = [1]
+    for _ in range(depth):
+        value = [value]
+    return value
 
 
 def _header(**kw):
@@ -53,6 +61,12 @@ def test_round_trip_keeps_arrays_byte_exact_and_body():
         ([_header(a=[["a", "uint8", [1, 1, 1, 1, 1]]]), b"\x00"], "shape"),
         ([msgpack.packb({"v": 1, "k": "act", "id": 1, "b": {}, "a": []}) + b"x" * 70000], "header"),
         ([msgpack.packb({"v": 1, "k": "act", "id": 1, "b": {"x": msgpack.ExtType(1, b"")}, "a": []})], "header"),
+        ([msgpack.packb({"v": 1, "k": "act", "id": 1, "b": {"t": msgpack.Timestamp(5)}, "a": []})], "header"),
+        ([_header(v=True)], "version"),  # True == 1 in Python: refused all the same
+        ([_header(v=1.0)], "version"),
+        ([_header(k=["act"])], "kind"),  # unhashable: a clean refusal, not a TypeError
+        ([_header(b={"x": _nested(20)})], "header"),  # nesting bound
+        ([_header()] + [b""] * 17, "frames"),
     ],
 )
 def test_malformed_messages_are_refused_with_a_code(frames, code):
@@ -79,3 +93,27 @@ def test_encode_refuses_object_arrays_and_unknown_kinds():
         encode(Message("act", 1, {}, {"x": np.array([object()])}))
     with pytest.raises(ProtocolError):
         encode(Message("nope"))
+
+
+@pytest.mark.parametrize(
+    "body, ok",
+    [
+        ({"seed": 3, "options": {"home": False}}, True),
+        ({"seed": None, "options": None}, True),
+        ({}, True),
+        ({"seed": -1}, False),
+        ({"seed": True}, False),
+        ({"seed": "3"}, False),
+        ({"options": [1, 2]}, False),  # reached the backend as an AttributeError before
+        ({"options": {"home": 1}}, False),
+        ({"options": {"teleport": True}}, False),
+    ],
+)
+def test_reset_bodies_are_checked_at_the_protocol_layer(body, ok):
+    msg = decode(encode(Message("reset", 1, body)))
+    if ok:
+        validate_request(msg)
+    else:
+        with pytest.raises(ProtocolError) as err:
+            validate_request(msg)
+        assert err.value.code == "body"

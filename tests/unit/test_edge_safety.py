@@ -31,7 +31,7 @@ def test_non_finite_or_malformed_actions_are_refused(bad):
 
 
 def test_translation_is_scaled_from_the_measured_pose():
-    f = make(max_translation=0.02)
+    f = make(max_translation=0.02, target_mode="measured")
     cmd, breaches = f.command([1, -0.5, 0, 0, 0, 0, 0], state())
     np.testing.assert_allclose(cmd.tcp_position, [0.52, -0.01, 0.3])
     assert breaches == []
@@ -46,7 +46,8 @@ def test_out_of_range_values_are_clipped_and_logged():
 
 
 def test_workspace_box_clips_targets_and_reports_the_offending_command():
-    f = make(workspace_low=(0.3, -0.2, 0.05), workspace_high=(0.6, 0.2, 0.5), max_translation=0.05)
+    f = make(workspace_low=(0.3, -0.2, 0.05), workspace_high=(0.6, 0.2, 0.5), max_translation=0.05,
+             workspace_margin=0.0, brake_distance=0.0, target_mode="measured")
     cmd, breaches = f.command([0, 0, -1, 0, 0, 0, 0], state(pos=(0.5, 0.0, 0.07)))
     assert cmd.tcp_position[2] == pytest.approx(0.05)
     assert breaches[0].kind == "workspace" and "action" in breaches[0].detail
@@ -54,7 +55,7 @@ def test_workspace_box_clips_targets_and_reports_the_offending_command():
 
 
 def test_rotation_is_about_base_axes_and_tilt_is_limited():
-    f = make(max_rotation=0.1, max_tilt=0.15)
+    f = make(max_rotation=0.1, max_tilt=0.15, target_mode="measured")
     cmd, _ = f.command([0, 0, 0, 0, 0, 1, 0], state())
     rel = Rotation.from_quat(cmd.tcp_quaternion) * Rotation.from_quat(DOWN).inv()
     np.testing.assert_allclose(rel.as_rotvec(), [0, 0, 0.1], atol=1e-9)
@@ -74,3 +75,58 @@ def test_gripper_has_hysteresis():
 def test_bad_workspace_config_is_refused():
     with pytest.raises(ValueError, match="workspace"):
         SafetyConfig(workspace_low=(0, 0, 1), workspace_high=(1, 1, 0))
+
+
+def test_commanded_mode_integrates_deltas_on_the_last_target():
+    f = make(max_translation=0.02, max_rotation=0.1)
+    here = state()
+    first, _ = f.command([0.5, 0, 0, 0, 0, 0.5, 0], here)
+    second, _ = f.command([0.5, 0, 0, 0, 0, 0.5, 0], here)  # the arm has not moved yet
+    np.testing.assert_allclose(second.tcp_position, [0.52, 0.0, 0.3])
+    rel = Rotation.from_quat(second.tcp_quaternion) * Rotation.from_quat(DOWN).inv()
+    np.testing.assert_allclose(rel.as_rotvec(), [0, 0, 0.1], atol=1e-9)
+    f.restart()  # a hold: the next step starts from the measured pose again
+    third, _ = f.command([0.5, 0, 0, 0, 0, 0, 0], here)
+    np.testing.assert_allclose(third.tcp_position, [0.51, 0.0, 0.3])
+
+
+def test_a_blocked_arm_never_winds_up_the_target():
+    f = make(max_translation=0.02, max_lead=0.03, max_lead_rotation=0.2)
+    blocked = state()
+    for _ in range(20):
+        cmd, breaches = f.command([1, 0, 0, 0, 0, 1, 0], blocked)
+    assert np.linalg.norm(cmd.tcp_position - blocked.tcp_position) == pytest.approx(0.03)
+    rel = Rotation.from_quat(cmd.tcp_quaternion) * Rotation.from_quat(DOWN).inv()
+    assert rel.magnitude() == pytest.approx(0.2)
+    assert [b.kind for b in breaches] == ["lead"] and f.counts["lead"] >= 17
+    back, _ = f.command([-1, 0, 0, 0, 0, 0, 0], blocked)  # reversing acts at once
+    assert back.tcp_position[0] == pytest.approx(0.51)
+
+
+def test_targets_keep_the_margin_and_slow_down_near_a_face():
+    f = make(workspace_low=(0.3, -0.2, 0.05), workspace_high=(0.6, 0.2, 0.5), max_translation=0.05,
+             workspace_margin=0.01, brake_distance=0.05, brake_gain=0.5, target_mode="measured")
+    far, _ = f.command([1, 0, 0, 0, 0, 0, 0], state(pos=(0.4, 0, 0.3)))
+    assert far.tcp_position[0] == pytest.approx(0.45)  # 14 cm from the inner face: full step
+    near, _ = f.command([1, 0, 0, 0, 0, 0, 0], state(pos=(0.57, 0, 0.3)))
+    assert near.tcp_position[0] == pytest.approx(0.57 + 0.5 * 0.02)  # 2 cm left: lead 1 cm
+    at, breaches = f.command([1, 0, 0, 0, 0, 0, 0], state(pos=(0.595, 0, 0.3)))
+    assert at.tcp_position[0] == pytest.approx(0.59) and "workspace" in [b.kind for b in breaches]
+    away, _ = f.command([-1, 0, 0, 0, 0, 0, 0], state(pos=(0.58, 0, 0.3)))
+    assert away.tcp_position[0] == pytest.approx(0.53)  # leaving a face is never slowed
+
+
+def test_a_measured_pose_outside_the_box_is_a_safety_event():
+    f = make(workspace_low=(0.3, -0.2, 0.05), workspace_high=(0.6, 0.2, 0.5), box_tolerance=0.002)
+    assert f.check_measured(state(pos=(0.6015, 0, 0.3))) is None  # within tolerance
+    event = f.check_measured(state(pos=(0.5, 0.2031, 0.3)))
+    assert event.kind == "box_exit" and "3.1 mm" in event.detail and f.counts["box_exit"] == 1
+    hold = f.hold_inside(state(pos=(0.5, 0.2031, 0.3)))
+    assert hold.tcp_position[1] == pytest.approx(0.19)  # pulled back inside the margin
+
+
+def test_bad_safety_modes_and_margins_are_refused():
+    with pytest.raises(ValueError, match="target_mode"):
+        SafetyConfig(target_mode="absolute")
+    with pytest.raises(ValueError, match="no room"):
+        SafetyConfig(workspace_low=(0, 0, 0), workspace_high=(0.1, 1, 1), workspace_margin=0.05)
