@@ -222,7 +222,7 @@ def tracking_case(hz: float, mode: str, laps: int, tmp: Path) -> dict:
 
 BOX_VARIANTS = {
     "default": [],  # workspace_margin 10 mm, braking within 5 cm of a face
-    "no margin, no braking": ["safety.workspace_margin=0", "safety.brake_distance=0"],
+    "no-margin-no-braking": ["safety.workspace_margin=0", "safety.brake_distance=0"],
 }
 
 

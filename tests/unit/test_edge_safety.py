@@ -130,3 +130,15 @@ def test_bad_safety_modes_and_margins_are_refused():
         SafetyConfig(target_mode="absolute")
     with pytest.raises(ValueError, match="no room"):
         SafetyConfig(workspace_low=(0, 0, 0), workspace_high=(0.1, 1, 1), workspace_margin=0.05)
+
+
+def test_tilt_limit_holds_in_commanded_mode_without_winding_up():
+    f = make(max_rotation=0.1, max_tilt=0.3, max_lead_rotation=1.0)
+    here = state()
+    for _ in range(10):  # the arm does not follow: targets integrate, the tilt limit caps them
+        cmd, breaches = f.command([0, 0, 0, 1, 0, 0, 0], here)
+    tilt = (Rotation.from_quat(DOWN).inv() * Rotation.from_quat(cmd.tcp_quaternion)).magnitude()
+    assert tilt == pytest.approx(0.3) and breaches[-1].kind == "tilt"
+    back, _ = f.command([0, 0, 0, -1, 0, 0, 0], here)  # one step back is one step off the limit
+    tilt = (Rotation.from_quat(DOWN).inv() * Rotation.from_quat(back.tcp_quaternion)).magnitude()
+    assert tilt == pytest.approx(0.2)
