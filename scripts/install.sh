@@ -60,6 +60,7 @@ if has_gpu; then
 elif [ -z "$installed_torch" ]; then
   # Never let a CPU machine pull the multi-GB CUDA build.
   read -r -a torch_args <<<"$(torch_cpu_args .venv/bin/python)"
+  [ "${#torch_args[@]}" -gt 0 ] || torch_args=("torch==$TORCH_VERSION+cpu" --extra-index-url "$CPU_INDEX")
   echo "[rlinf-user] no GPU: installing the CPU build of torch==$TORCH_VERSION (${torch_args[*]})"
   "${PIP[@]}" "${torch_args[@]}"
 fi

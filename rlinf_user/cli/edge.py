@@ -75,6 +75,8 @@ def build_daemon(cfg, sim_server=None):
         peer_timeout_s=cfg.peer_timeout_s, max_message_bytes=cfg.max_message_bytes,
         realtime_priority=cfg.realtime_priority, spin_s=cfg.spin_s,
         cameras=start_cameras(cfg, sim_server), frame_max_age_s=cfg.frame_max_age_s,
+        peer_rate_hz=cfg.peer_rate_hz, total_rate_hz=cfg.total_rate_hz, daemon_timeout_s=cfg.daemon_timeout_s,
+        ingress_budget_bytes=int(cfg.ingress_budget_mb * 2**20) if cfg.ingress_budget_mb else None,
     )  # fmt: skip
 
 

@@ -52,6 +52,10 @@ class EdgeServeConfig:
     heartbeat_s: float = 0.5
     peer_timeout_s: float = 2.0
     max_message_bytes: int = 16 * 1024 * 1024
+    peer_rate_hz: float = 50.0  # requests/s from a client that is not the controller (per peer)
+    total_rate_hz: float = 500.0  # ... from all of them together
+    daemon_timeout_s: float = 2.0  # the control loop holds and exits if the daemon stops reading
+    ingress_budget_mb: float | None = None  # unfinished messages cut past this (default max(64, 4 x max))
     realtime_priority: int = 0  # SCHED_FIFO priority of the control loop (0: normal)
     spin_s: float = 0.0005
     frame_max_age_s: float = 0.25

@@ -46,7 +46,7 @@ from rlinf_user.edge.safety import UnsafeCommand
 log = logging.getLogger(__name__)
 
 SNAPSHOT_S = 0.02  # telemetry snapshots to the daemon at most 50 per second
-OUTBOX = 16  # replies kept while the daemon does not read (oldest dropped beyond)
+OUTBOX = 32  # replies (each after a snapshot) kept while the daemon does not read; oldest dropped
 PAIR_HWM = 64  # messages queued towards the daemon before sends fail
 
 
@@ -135,21 +135,25 @@ class ControlLoop:
 
     # -- messages ------------------------------------------------------------------
     def _send(self, msg: Message, stream: bool = False) -> None:
-        """Never blocks: a ``stream`` message is dropped when the daemon is not reading, a
-        reply waits in the bounded outbox (in order)."""
-        if not stream:  # the daemon answers telemetry from snapshots: never older than a reply
-            self._snapshot(force=True)
-        frames = encode(msg)
-        if self.outbox or not self._try_send(frames):
-            if stream:
+        """Never blocks: a ``stream`` message is dropped when the daemon is not reading; a
+        reply waits in the bounded outbox (in order), preceded by a fresh telemetry snapshot
+        (the daemon answers telemetry from snapshots: never older than a reply)."""
+        if stream:
+            if self.outbox or not self._try_send(encode(msg)):
                 self.sends["dropped_stream"] += 1
-                return
-            if len(self.outbox) >= OUTBOX:
-                self.outbox.popleft()
-                self.sends["dropped_replies"] += 1
-            self.outbox.append(frames)
-            self.sends["queued_replies"] += 1
-            self._flush()
+            return
+        self._queue(self._snapshot_frames())
+        self._queue(encode(msg))
+
+    def _queue(self, frames: list[Any]) -> None:
+        if not self.outbox and self._try_send(frames):
+            return
+        if len(self.outbox) >= OUTBOX:
+            self.outbox.popleft()
+            self.sends["dropped_replies"] += 1
+        self.outbox.append(frames)
+        self.sends["queued_replies"] += 1
+        self._flush()
 
     def _try_send(self, frames: list[Any]) -> bool:
         try:
@@ -165,11 +169,15 @@ class ControlLoop:
         while self.outbox and self._try_send(self.outbox[0]):
             self.outbox.popleft()
 
+    def _snapshot_frames(self) -> list[Any]:
+        self.last_snapshot = time.monotonic()
+        return encode(Message("telemetry", 0, {"snapshot": finite_body(self.telemetry())}))
+
     def _snapshot(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self.last_snapshot >= SNAPSHOT_S:
-            self.last_snapshot = now
-            self._send(Message("telemetry", 0, {"snapshot": finite_body(self.telemetry())}), stream=True)
+        if force or time.monotonic() - self.last_snapshot >= SNAPSHOT_S:
+            frames = self._snapshot_frames()
+            if self.outbox or not self._try_send(frames):
+                self.sends["dropped_stream"] += 1
 
     def _handle(self, msg: Message) -> None:
         kind = msg.kind
@@ -184,20 +192,35 @@ class ControlLoop:
         elif kind == "reset":
             self._reset(msg)
         elif kind == "hold":
-            self.backend.hold()
-            self.holding = True
-            self._send(Message("ack", msg.rid, {"held": True}))
+            if self._safely(self.backend.hold, msg.rid):
+                self.holding = True
+                self._send(Message("ack", msg.rid, {"held": True}))
         elif kind == "stop":
-            self.backend.stop()
-            self.stopped, self.in_episode, self.queued = True, False, None
-            log.warning("explicit stop: actions refused until the next reset")
-            self._send(Message("ack", msg.rid, {"stopped": True}))
+            self._answer_queued("the robot was stopped")
+            if self._safely(self.backend.stop, msg.rid):
+                self.stopped, self.in_episode = True, False
+                log.warning("explicit stop: actions refused until the next reset")
+                self._send(Message("ack", msg.rid, {"stopped": True}))
         elif kind == "telemetry":  # the daemon answers from snapshots; this asks for a fresh one
             self._snapshot(force=True)
         elif kind == "bye":
             self.running = False
         else:
             self._send(error(msg.rid, "kind", f"the control loop does not handle {kind!r}"))
+
+    def _safely(self, call: Callable[[], Any], rid: int | None = None) -> bool:
+        """Run a backend call; an error becomes the fault state, never the loop's end."""
+        try:
+            call()
+            return True
+        except Exception as err:  # noqa: BLE001
+            self._enter_fault(err, rid)
+            return False
+
+    def _answer_queued(self, why: str) -> None:
+        if self.queued is not None:
+            self._send(error(self.queued.rid, "state", f"action dropped: {why}"))
+            self.queued = None
 
     def _apply(self, msg: Message) -> None:
         if self.stopped or not self.in_episode:
@@ -223,7 +246,10 @@ class ControlLoop:
         self.holding = False
 
     def _reset(self, msg: Message) -> None:
-        self.queued, self.pending_rid = None, None
+        self._answer_queued("a reset came first")
+        if self.pending_rid is not None:
+            self._send(error(self.pending_rid, "state", "action's observation dropped: a reset came first"))
+            self.pending_rid = None
         started = time.monotonic()
         try:
             t = self.backend.reset(msg.body.get("seed"), msg.body.get("options") or {})
@@ -273,7 +299,8 @@ class ControlLoop:
             self.backend.hold()
         except Exception as hold_err:  # noqa: BLE001 - the driver may be down entirely
             log.error("hold after the fault failed too: %s", hold_err)
-        self.in_episode, self.queued, self.holding = False, None, True
+        self._answer_queued(f"robot fault: {self.fault}")
+        self.in_episode, self.holding = False, True
         if rid is None:
             rid = self.pending_rid or 0
         elif self.pending_rid is not None:  # the earlier action's observation never comes
@@ -302,7 +329,8 @@ class ControlLoop:
             self._send(tick_message("state", 0, t, {"tick": self.tick, "holding": self.holding}), stream=True)
         idle = self.tick - self.last_action_tick
         if not self.holding and not self.stopped and idle >= self.watchdog_periods:
-            self.backend.hold()
+            if not self._safely(self.backend.hold):
+                return
             self.holding = True
             self.holds += 1
             self.last_hold = {
@@ -379,13 +407,16 @@ def _raise_exit(signum, frame) -> None:
 
 def serve(make_backend: Callable[[], EdgeBackend], address: str, hz: float, watchdog_periods: int,
           realtime_priority: int = 0, spin_s: float = 0.0005, log_level: int = logging.INFO,
-          daemon_timeout_s: float = 2.0) -> None:  # fmt: skip
+          daemon_timeout_s: float = 2.0, daemon_pid: int | None = None) -> None:  # fmt: skip
     """Entry point of the control-loop process: build the backend, report, loop."""
     logging.basicConfig(level=log_level, format="%(asctime)s control %(levelname)s %(message)s")
     from rlinf_user.edge.procs import die_with_parent
 
     die_with_parent(signal.SIGTERM)  # a SIGKILLed daemon still ends this process (held, below)
     signal.signal(signal.SIGTERM, _raise_exit)
+    if daemon_pid is not None and os.getppid() != daemon_pid:
+        log.error("the edge daemon died while this process started; exiting")
+        return
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PAIR)
     sock.linger = 0
@@ -395,37 +426,49 @@ def serve(make_backend: Callable[[], EdgeBackend], address: str, hz: float, watc
         backend = make_backend()
     except Exception as err:  # noqa: BLE001 - reported to the daemon, which exits cleanly
         log.exception("backend failed to start")
-        sock.send_multipart(encode(error(0, "backend", f"{type(err).__name__}: {err}")))
-        sock.close()
+        _send_or_give_up(sock, error(0, "backend", f"{type(err).__name__}: {err}"))
+        sock.close(0)
         ctx.term()
         return
-    sock.send_multipart(encode(Message("welcome", 0, finite_body(backend.spec()))))
+    if not _send_or_give_up(sock, Message("welcome", 0, finite_body(backend.spec()))):
+        log.error("the edge daemon does not read; exiting")
+        _shut_down(backend, sock, ctx)
     set_realtime(realtime_priority)
     loop = ControlLoop(backend, sock, hz, watchdog_periods, spin_s, daemon_timeout_s=daemon_timeout_s)
+    code = 0
     try:
         loop.run()
     except SystemExit:
         log.warning("terminated: holding the robot")
+    except BaseException:  # noqa: BLE001 - logged, the robot held, a non-zero exit for the daemon
+        log.exception("the control loop crashed: holding the robot")
+        code = 1
     finally:
-        _shut_down(backend, sock, ctx)
+        _shut_down(backend, sock, ctx, code)
 
 
-def _shut_down(backend: EdgeBackend, sock: zmq.Socket, ctx: zmq.Context, timeout_s: float = 1.5) -> None:
+def _send_or_give_up(sock: zmq.Socket, msg: Message, timeout_s: float = 10.0) -> bool:
+    if not sock.poll(timeout_s * 1e3, zmq.POLLOUT):
+        return False
+    sock.send_multipart(encode(msg), flags=zmq.NOBLOCK)
+    return True
+
+
+def _shut_down(backend: EdgeBackend, sock: zmq.Socket, ctx: zmq.Context, code: int = 0,
+               timeout_s: float = 1.5) -> None:  # fmt: skip
     """Hold, release the backend, and leave within ``timeout_s`` whatever it does: a driver
-    or renderer that hangs in its teardown must not keep this process alive."""
+    or renderer that hangs (in a hold over a dead link, in its teardown) must not keep this
+    process alive."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a late SIGTERM must not cut this short
-    try:
-        backend.hold()
-    except Exception:  # noqa: BLE001
-        log.exception("hold on shutdown failed")
     guard = threading.Timer(timeout_s, os._exit, args=(3,))
     guard.daemon = True
     guard.start()
-    try:
-        backend.close()
-    except Exception:  # noqa: BLE001
-        log.exception("closing the backend failed")
+    for step, call in (("hold", backend.hold), ("close", backend.close)):
+        try:
+            call()
+        except Exception:  # noqa: BLE001
+            log.exception("%s on shutdown failed", step)
     sock.close(0)
     ctx.term()
     logging.shutdown()
-    os._exit(0)  # skip interpreter teardown (GL contexts' finalisers have hung it)
+    os._exit(code)  # skip interpreter teardown (GL contexts' finalisers have hung it)

@@ -98,6 +98,7 @@ class EdgeDaemon:
         self.spec: dict[str, Any] = {}
         self.snapshot: dict[str, Any] = {}  # the control loop's latest telemetry
         self.snapshot_at = 0.0
+        self.hold_pending = False  # a safety hold the loop could not take yet
         self._streamed: dict[str, int] = {}  # camera -> last frame seq published
 
     # -- start-up ------------------------------------------------------------------
@@ -129,7 +130,7 @@ class EdgeDaemon:
         self._bind(self.pub, self.port + 1)
         from rlinf_user.edge.memguard import IngressGuard
 
-        self.guard = IngressGuard(self.ingress_budget)
+        self.guard = IngressGuard(self.ingress_budget, self.port)
         self.guard.start()
         self._ipc_dir = make_ipc_dir()
         address = f"ipc://{self._ipc_dir}/control.sock"
@@ -142,7 +143,7 @@ class EdgeDaemon:
             target=serve,
             args=(self.make_backend, address, self.hz, self.watchdog_periods,
                   self.realtime_priority, self.spin_s, logging.getLogger().level or logging.INFO,
-                  self.daemon_timeout_s),
+                  self.daemon_timeout_s, os.getpid()),
             name="rlinf-edge-control", daemon=True,
         )  # fmt: skip
         self.proc.start()
@@ -291,12 +292,16 @@ class EdgeDaemon:
 
     def _forward(self, msg: Message, identity: bytes | None = None) -> None:
         """Hand a command to the loop; never waits (a loop that cannot take it answers
-        ``overloaded``)."""
+        ``overloaded``; a safety hold is retried at the next heartbeat)."""
         try:
             self.pair.send_multipart(encode(msg), flags=zmq.NOBLOCK, copy=False)
             self.counts["forwarded"] += 1
+            if msg.kind == "hold":
+                self.hold_pending = False
         except zmq.Again:
             self.counts["overloaded"] += 1
+            if msg.kind == "hold":
+                self.hold_pending = True
             self.throttle.warn("overloaded", "the control loop is not taking commands right now")
             if identity is not None:
                 self._reply(identity, error(msg.rid, "overloaded", "the control loop is busy; try again"))
@@ -359,6 +364,8 @@ class EdgeDaemon:
                                self.port, why)  # fmt: skip
 
     def _heartbeat(self) -> None:
+        if self.hold_pending:
+            self._forward(Message("hold", 0))
         if not self.proc.is_alive():
             log.error("the control loop process died (exit code %s); stopping", self.proc.exitcode)
             if self.controller is not None:
@@ -389,10 +396,7 @@ class EdgeDaemon:
                 self.pair.send_multipart(encode(Message("bye", 0)), flags=zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
-            proc.join(1.0)
-            if proc.is_alive():
-                proc.terminate()  # SIGTERM: the loop holds the robot and exits
-                proc.join(0.5)
+            proc.join(1.0)  # the loop holds the robot, then exits (its own guard: 1.5 s)
             if proc.is_alive():
                 proc.kill()
                 proc.join(0.5)

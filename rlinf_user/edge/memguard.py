@@ -34,8 +34,9 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * _PAGE
 
 
-def tcp_connections() -> dict[int, int]:
-    """fd -> bytes received, for every established TCP connection of this process."""
+def tcp_connections(local_port: int | None = None) -> dict[int, int]:
+    """fd -> bytes received, for every established TCP connection of this process (accepted
+    on ``local_port`` only, when given)."""
     out = {}
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
@@ -44,6 +45,8 @@ def tcp_connections() -> dict[int, int]:
                 continue
             with socket.socket(fileno=os.dup(fd)) as s:
                 if s.type != socket.SOCK_STREAM or s.family not in (socket.AF_INET, socket.AF_INET6):
+                    continue
+                if local_port is not None and s.getsockname()[1] != local_port:
                     continue
                 info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
         except OSError:
@@ -61,34 +64,37 @@ def _trim() -> None:
 
 
 class IngressGuard(threading.Thread):
-    def __init__(self, budget_bytes: int, interval_s: float = 0.01, sample_s: float = 0.1):
+    def __init__(self, budget_bytes: int, port: int, interval_s: float = 0.01, sample_s: float = 0.1):
         super().__init__(name="edge-ingress-guard", daemon=True)
-        self.budget, self.interval_s, self.sample_s = budget_bytes, interval_s, sample_s
+        self.budget, self.port = budget_bytes, port
+        self.interval_s, self.sample_s = interval_s, sample_s
         self.cut = 0
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
         self._samples: dict[int, int] = {}
         self.baseline = rss_bytes()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
 
     def run(self) -> None:
         next_sample = 0.0
-        while not self._stop.wait(self.interval_s):
+        while not self._stopping.wait(self.interval_s):
             try:
                 now = time.monotonic()
                 if rss_bytes() - self.baseline > self.budget:
                     self._cut_top_grower()
                 elif now >= next_sample:
-                    self._samples, next_sample = tcp_connections(), now + self.sample_s
+                    self._samples, next_sample = tcp_connections(self.port), now + self.sample_s
             except Exception:  # noqa: BLE001 - a guard that dies silently guards nothing
                 log.exception("ingress guard check failed")
 
     def _cut_top_grower(self) -> None:
-        current = tcp_connections()
+        """Only a client connection that received a good share of the budget is cut; growth
+        from anything else (the process's own allocations) raises the baseline instead."""
+        current = tcp_connections(self.port)
         growth = {fd: n - self._samples.get(fd, 0) for fd, n in current.items()}
-        if growth:
-            fd = max(growth, key=growth.get)
+        fd = max(growth, key=growth.get) if growth else None
+        if fd is not None and growth[fd] >= self.budget // 4:
             try:
                 with socket.socket(fileno=os.dup(fd)) as s:
                     peer = s.getpeername()
@@ -99,7 +105,13 @@ class IngressGuard(threading.Thread):
                             self.budget / 2**20)  # fmt: skip
             except OSError as err:
                 log.warning("could not drop connection fd %d: %s", fd, err)
+        else:
+            log.info("memory grew %.0f MB over the baseline, not by a client's message: new baseline",
+                     (rss_bytes() - self.baseline) / 2**20)  # fmt: skip
+            self.baseline = rss_bytes()
+            self._samples = tcp_connections(self.port)
+            return
         time.sleep(0.05)  # let libzmq's I/O thread release it
         _trim()
-        self._samples = tcp_connections()
+        self._samples = tcp_connections(self.port)
         self.baseline = max(self.baseline, rss_bytes() - self.budget // 2)  # what stays is not a peer's

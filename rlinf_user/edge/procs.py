@@ -110,7 +110,7 @@ def clean_stale_ipc_dirs() -> int:
         if not pid.isdigit() and not _dead_sockets_only(d):
             continue  # a folder of an older release: removed only when nothing listens in it
         shutil.rmtree(d, ignore_errors=True)
-        removed += 1
+        removed += not d.exists()
     if removed:
         log.info("removed %d IPC folder(s) left by edge daemons that no longer run", removed)
     return removed

@@ -25,10 +25,14 @@ class TokenBucket:
         self.tokens = float(burst)
         self.stamp = time.monotonic() if now is None else now
 
+    def refill(self, now: float) -> bool:
+        """Top up to ``now``; True when a token is there to take."""
+        self.tokens = min(self.burst, self.tokens + max(0.0, now - self.stamp) * self.rate)
+        self.stamp = max(self.stamp, now)
+        return self.tokens >= 1.0
+
     def take(self, now: float) -> bool:
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1.0:
+        if self.refill(now):
             self.tokens -= 1.0
             return True
         return False
@@ -51,7 +55,9 @@ class PeerLimiter:
                 self.peers.popitem(last=False)
         else:
             self.peers.move_to_end(peer)
-        if bucket.take(now) and self.total.take(now):
+        if bucket.refill(now) and self.total.refill(now):  # spend from neither unless both allow
+            bucket.tokens -= 1.0
+            self.total.tokens -= 1.0
             return True
         self.limited += 1
         return False

@@ -212,8 +212,12 @@ class SafetyFilter:
         return pos
 
     def hold_inside(self, state: ArmState) -> ArmCommand:
-        """Hold at the measured pose pulled back into the box (after a box exit)."""
-        pos = np.clip(np.asarray(state.tcp_position, dtype=np.float64), self.inner_low, self.inner_high)
+        """Hold at the measured pose pulled back toward the box (after a box exit), at most
+        ``max_lead`` per call, so a large exit never commands a jump."""
+        measured = np.asarray(state.tcp_position, dtype=np.float64)
+        back = np.clip(measured, self.inner_low, self.inner_high) - measured
+        dist = float(np.linalg.norm(back))
+        pos = measured + (back * (self.cfg.max_lead / dist) if dist > self.cfg.max_lead else back)
         self.target_pos, self.target_rot = pos, Rotation.from_quat(state.tcp_quaternion)
         return ArmCommand(pos, self.target_rot.as_quat(), self.gripper_closed)
 

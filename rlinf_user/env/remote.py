@@ -180,10 +180,12 @@ class RemoteRobotEnv(ContractEnv):
         try:
             msg = self.client.act(action, timeout_s=self.step_timeout_s)
         except (EdgeTimeout, EdgeRefused) as err:
-            if isinstance(err, EdgeRefused) and err.code not in ("not_controller", "backend"):
+            code = err.code if isinstance(err, EdgeRefused) else "timeout"
+            if code not in ("timeout", "not_controller", "backend", "overloaded"):
                 raise
             log.warning("edge lost mid-episode (%s): truncating the episode", err)
-            self._lost = True
+            # a robot fault or a busy loop keeps the connection: the next reset recovers on it
+            self._lost = code in ("timeout", "not_controller")
             return self._last_obs, 0.0, False, {"success": False, "edge_lost": True, "truncate": True}
         reward, terminated, success = self.task.evaluate(msg.arrays["state"], msg.body)
         self._last_obs = self._obs(msg)

@@ -95,7 +95,7 @@ class FrankySimHandle:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)  # run_server shuts down cleanly on Ctrl+C
                 try:
-                    proc.wait(timeout=1.0)
+                    proc.wait(timeout=0.7)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=5.0)
