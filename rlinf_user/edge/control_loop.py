@@ -317,17 +317,7 @@ class ControlLoop:
         except Exception as err:  # noqa: BLE001 - never let a driver error kill the loop
             self._enter_fault(err)
             return
-        if self.pending_rid is not None:
-            self.acted_ticks += 1
-            extra = {"tick": self.tick, "breaches": self.pending_breaches + t.info.pop("safety", [])}
-            self._send(tick_message("obs", self.pending_rid, t, extra))
-            self.pending_rid = None
-            if self.queued is not None:
-                queued, self.queued = self.queued, None
-                self._apply(queued)
-        else:  # nobody is owed a reply: still stream the state (latest-value stream)
-            self._send(tick_message("state", 0, t, {"tick": self.tick, "holding": self.holding}), stream=True)
-        idle = self.tick - self.last_action_tick
+        idle = self.tick - self.last_action_tick  # the watchdog first: this tick's state says so
         if not self.holding and not self.stopped and idle >= self.watchdog_periods:
             if not self._safely(self.backend.hold):
                 return
@@ -340,6 +330,16 @@ class ControlLoop:
             }
             log.warning("watchdog: no command for %d periods, holding the robot", idle)
             self._send(Message("telemetry", 0, {"event": "watchdog_hold", "tick": self.tick}), stream=True)
+        if self.pending_rid is not None:
+            self.acted_ticks += 1
+            extra = {"tick": self.tick, "breaches": self.pending_breaches + t.info.pop("safety", [])}
+            self._send(tick_message("obs", self.pending_rid, t, extra))
+            self.pending_rid = None
+            if self.queued is not None:
+                queued, self.queued = self.queued, None
+                self._apply(queued)
+        else:  # nobody is owed a reply: still stream the state (latest-value stream)
+            self._send(tick_message("state", 0, t, {"tick": self.tick, "holding": self.holding}), stream=True)
 
     def run(self) -> None:
         self.next_due = time.monotonic() + self.period

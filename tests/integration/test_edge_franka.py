@@ -170,7 +170,8 @@ def test_killed_client_the_arm_holds_within_two_periods(edge):
     first_hold = held[0][0]
     # the loop ticks at HZ; the hold comes at the 2nd tick without a command
     assert first_hold - killed <= 2 / HZ + 0.03, first_hold - killed
-    settle = [s for t, s, b in held if t > first_hold + 0.5]
+    # the arm was sweeping at the commanded 0.4 m/s (a = 1 at 20 Hz): it stops within 0.8 s
+    settle = [s for t, s, b in held if t > first_hold + 0.8]
     speeds = [float(np.linalg.norm(s[7:10])) for s in settle]
     drift = np.linalg.norm(settle[-1][:3] - settle[0][:3])
     assert max(speeds) < 0.02, f"arm still moving {max(speeds):.3f} m/s after the hold"
