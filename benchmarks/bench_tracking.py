@@ -230,7 +230,7 @@ def box_case(hz: float, mode: str, tmp: Path, push_s: float, variant: str = "def
     lo, hi = (np.asarray(b) for b in BOX)
     centre = (lo + hi) / 2
     edge = Edge(hz, mode, BOX, tmp / f"box_{hz:g}_{mode}_{len(variant)}.log", extra=BOX_VARIANTS[variant])
-    worst, per = 0.0, []
+    worst, per = -np.inf, []
     try:
         edge.client.reset(seed=0)
         dirs = [np.eye(3)[i] * s for i in range(3) for s in (1, -1)]
@@ -306,6 +306,8 @@ def main() -> None:
     ap.add_argument("--modes", default="commanded,measured")
     ap.add_argument("--laps", type=int, default=3)
     ap.add_argument("--no-box", action="store_true")
+    ap.add_argument("--no-tracking", action="store_true")
+    ap.add_argument("--merge", action="store_true", help="keep the other cases of an earlier edge_tracking.json")
     ap.add_argument("--push-s", type=float, default=1.5)
     ap.add_argument("--box-variants", default=",".join(BOX_VARIANTS), help="comma list of " + ", ".join(BOX_VARIANTS))
     ap.add_argument("--quick", action="store_true")
@@ -317,15 +319,24 @@ def main() -> None:
     result = {"benchmark": "edge commanded vs measured motion (franky-sim)", "machine": describe(),
               "tracking": [], "box": []}  # fmt: skip
     for hz, mode in itertools.product(map(float, args.rates.split(",")), args.modes.split(",")):
-        print(f"[tracking] {hz:g} Hz {mode}", flush=True)
-        result["tracking"].append(tracking_case(hz, mode, args.laps, tmp))
-        print(json.dumps(result["tracking"][-1]["square"]), flush=True)
+        if not args.no_tracking:
+            print(f"[tracking] {hz:g} Hz {mode}", flush=True)
+            result["tracking"].append(tracking_case(hz, mode, args.laps, tmp))
+            print(json.dumps(result["tracking"][-1]["square"]), flush=True)
         for variant in [] if args.no_box else args.box_variants.split(","):
             print(f"[box] {hz:g} Hz {mode} {variant}", flush=True)
             result["box"].append(box_case(hz, mode, tmp, args.push_s, variant))
             print("max outside mm:", result["box"][-1]["max_outside_mm"], flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.merge and (out / "edge_tracking.json").exists():  # re-run cases replace their namesakes
+        old = json.loads((out / "edge_tracking.json").read_text())
+        key = lambda r: (r["hz"], r["target_mode"], r.get("variant"))  # noqa: E731
+        for part in ("tracking", "box"):
+            new_keys = {key(r) for r in result[part]}
+            kept = [r for r in old.get(part, []) if key(r) not in new_keys]
+            result[part] = sorted(kept + result[part], key=lambda r: (r["hz"], r["target_mode"] != "commanded",
+                                                                      r.get("variant") != "default"))  # fmt: skip
     (out / "edge_tracking.json").write_text(json.dumps(result, indent=2))
     write_markdown(result, out / "EDGE_TRACKING.md")
     print(f"wrote {out / 'edge_tracking.json'} and EDGE_TRACKING.md")
