@@ -19,6 +19,7 @@ demonstration would. Per control rate and ``safety.target_mode``:
 
     python benchmarks/bench_tracking.py              # both modes, 10 and 20 Hz (~4 min)
     python benchmarks/bench_tracking.py --quick      # one lap, 20 Hz commanded only
+    python benchmarks/bench_tracking.py --robot-ip 172.16.0.2 --no-box   # your own arm
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from rlinf_user.edge.protocol import decode  # noqa: E402
 MAX_T, MAX_R = 0.02, 0.1  # the daemon's max_translation (m) and max_rotation (rad) per step
 SPEED, YAW_SPEED = 0.1, 0.3  # m/s, rad/s
 BOX = ((0.30, -0.25, 0.15), (0.60, 0.25, 0.55))  # the workspace box of the box pushes
+ROBOT_IP: str | None = None  # --robot-ip: a real arm instead of franky-sim
 
 
 def free_port_pair() -> int:
@@ -71,7 +73,8 @@ class Edge:
     def __init__(self, hz: float, mode: str, box, log: Path, ip: str = "127.0.0.41", extra=()):
         self.port = free_port_pair()
         lo, hi = box
-        args = ["--robot", "franka", "franky_sim=true", f"robot.ip={ip}", f"control_hz={hz}",
+        sim = [] if ROBOT_IP else ["franky_sim=true"]
+        args = ["--robot", "franka", *sim, f"robot.ip={ROBOT_IP or ip}", f"control_hz={hz}",
                 f"port={self.port}", f"safety.target_mode={mode}", "peer_timeout_s=5",
                 f"safety.workspace_low=[{','.join(map(str, lo))}]",
                 f"safety.workspace_high=[{','.join(map(str, hi))}]", *extra]  # fmt: skip
@@ -311,8 +314,12 @@ def main() -> None:
     ap.add_argument("--push-s", type=float, default=1.5)
     ap.add_argument("--box-variants", default=",".join(BOX_VARIANTS), help="comma list of " + ", ".join(BOX_VARIANTS))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--robot-ip", default=None, help="a real Franka's FCI address instead of franky-sim (run it "
+                    "on the robot PC with the arm clear: it draws the paths and pushes into the box faces)")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
+    global ROBOT_IP
+    ROBOT_IP = args.robot_ip
     if args.quick:
         args.rates, args.modes, args.laps, args.push_s = "20", "commanded", 1, 1.0
     tmp = Path(tempfile.mkdtemp(prefix="bench-tracking-"))
