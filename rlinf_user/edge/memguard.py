@@ -4,7 +4,7 @@ libzmq hands a multipart message to the application only once every frame has ar
 and ``ZMQ_MAXMSGSIZE`` bounds a single frame, not a message: a peer that sends many
 frames under the cap without ever ending the message makes libzmq buffer all of them. No
 socket option bounds that, so this guard watches from outside: a thread reads the
-process's resident memory every ``interval_s``; when it has grown past ``budget_bytes``
+process's resident memory every ``interval_s`` (5 ms); when it has grown past ``budget_bytes``
 over its baseline, the TCP connection that received the most bytes since the last sample
 is shut down (libzmq then drops that peer's unfinished message and frees it) and the event
 is counted and logged. Connections are found as this process's TCP sockets and their byte
@@ -64,7 +64,7 @@ def _trim() -> None:
 
 
 class IngressGuard(threading.Thread):
-    def __init__(self, budget_bytes: int, port: int, interval_s: float = 0.01, sample_s: float = 0.1):
+    def __init__(self, budget_bytes: int, port: int, interval_s: float = 0.005, sample_s: float = 0.1):
         super().__init__(name="edge-ingress-guard", daemon=True)
         self.budget, self.port = budget_bytes, port
         self.interval_s, self.sample_s = interval_s, sample_s
