@@ -214,7 +214,7 @@ def _go(c: EdgeClient, goal, steps: int = 80) -> np.ndarray:
         if np.linalg.norm(d) < 0.002:
             break
         s = _act(c, np.r_[np.clip(d / 0.02, -0.5, 0.5), np.zeros(4)])
-    for _ in range(int(0.5 * HZ)):  # settle with zero actions
+    for _ in range(int(0.3 * HZ)):  # settle with zero actions
         s = _act(c, np.zeros(7))
     return s
 
@@ -264,9 +264,9 @@ def _push_everywhere(port: int, low, high, rotations=(False, True)) -> tuple[flo
             for with_rot in rotations:
                 _go(c, centre)
                 rot = np.array([1.0, 0, 1.0]) / np.sqrt(2) if with_rot else np.zeros(3)
-                states = [_act(c, np.r_[d, rot, 0]) for _ in range(int(1.2 * HZ))]
+                states = [_act(c, np.r_[d, rot, 0]) for _ in range(int(1.0 * HZ))]
                 if with_rot:
-                    states += [_act(c, np.r_[0, 0, 0, 0, 0, 1 if k % 8 < 4 else -1, 0]) for k in range(int(0.8 * HZ))]
+                    states += [_act(c, np.r_[0, 0, 0, 0, 0, 1 if k % 8 < 4 else -1, 0]) for k in range(int(0.6 * HZ))]
                 p = np.asarray(states)[:, :3]
                 worst = max(worst, float(np.max(np.maximum(lo - p, p - hi))))
         counters = c.telemetry()["safety"]
