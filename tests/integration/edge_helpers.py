@@ -159,3 +159,17 @@ def edge_telemetry(port: int, host: str = "127.0.0.1") -> dict:
         return c.telemetry()
     finally:
         c.close(say_bye=False)
+
+
+def running(procs: list) -> list:
+    """The processes (psutil) still running: a zombie has exited, only its status is left."""
+    import psutil
+
+    out = []
+    for p in procs:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out

@@ -21,7 +21,7 @@ import zmq
 pytest.importorskip("franky")
 pytest.importorskip("franky_sim")
 
-from edge_helpers import EdgeProcess, free_ports  # noqa: E402
+from edge_helpers import EdgeProcess, free_ports, running  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient, EdgeRefused  # noqa: E402
 from rlinf_user.edge.protocol import decode  # noqa: E402
@@ -299,19 +299,6 @@ def test_saturated_pushes_in_measured_target_mode_keep_the_box_too(tmp_path):
     assert counters["box_exit"] == 0
 
 
-def _running(procs):
-    import psutil
-
-    out = []
-    for p in procs:
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
 def _serves(host: str, port: int) -> bool:
     import socket
 
@@ -337,7 +324,7 @@ def test_kill_9_of_the_daemon_leaves_no_franky_sim_and_a_restart_works(tmp_path)
     os.kill(edge.proc.pid, signal.SIGKILL)
     edge.proc.wait(5)
     _, alive = psutil.wait_procs(family, timeout=3.0)
-    assert not _running(alive), [p.cmdline() for p in _running(alive)]
+    assert not running(alive), [p.cmdline() for p in running(alive)]
     assert not _serves(host, 1337), "franky-sim still serves the robot port"
     again = EdgeProcess(args, free_ports(2), tmp_path / "second.log")  # the same command
     try:

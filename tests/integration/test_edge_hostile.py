@@ -24,7 +24,7 @@ import zmq
 
 pytest.importorskip("gym_hil")
 
-from edge_helpers import EdgeProcess, free_ports  # noqa: E402
+from edge_helpers import EdgeProcess, free_ports, running  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient, EdgeRefused, EdgeTimeout  # noqa: E402
 from rlinf_user.edge.protocol import Message, encode  # noqa: E402
@@ -106,18 +106,6 @@ def test_telemetry_flood_never_stalls_the_control_loop_or_the_controller(edge):
     c.close()
 
 
-def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """Processes still running (a zombie has exited; only its exit status is left)."""
-    out = []
-    for p in procs:
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
 def _family(pid: int) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
 
@@ -138,7 +126,7 @@ def test_sigterm_stops_the_daemon_within_two_seconds_during_a_flood(edge):
     c.close(say_bye=False)
     assert took <= 2.0, f"SIGTERM took {took:.2f} s"
     gone, alive = psutil.wait_procs(children, timeout=0.5)
-    assert not _running(alive), f"children outlived the daemon: {alive}"
+    assert not running(alive), f"children outlived the daemon: {alive}"
 
 
 def test_control_loop_holds_and_exits_when_the_daemon_is_killed(edge):
@@ -156,7 +144,7 @@ def test_control_loop_holds_and_exits_when_the_daemon_is_killed(edge):
     took = time.monotonic() - t0
     flooder.kill()
     c.close(say_bye=False)
-    assert not _running(alive), "the control loop outlived a SIGKILLed daemon"
+    assert not running(alive), "the control loop outlived a SIGKILLed daemon"
     assert took < 2.5, took  # held at once; a hanging teardown is cut off after 1.5 s
     assert "holding the robot" in edge.log() or "terminated" in edge.log()
 
