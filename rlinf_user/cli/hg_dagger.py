@@ -69,7 +69,7 @@ def run_hg_dagger(args, console) -> int:
             writer = open_dataset(cfg, env, args.robot or cfg.env.backend)
         if not ray.is_initialized():
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray.init(num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False, log_to_driver=True)
+            ray.init(address="local", num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False, log_to_driver=True)
             started_ray = True
         store = ray.remote(WeightStore).options(num_cpus=0).remote()
         learner = (

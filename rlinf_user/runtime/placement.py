@@ -127,7 +127,8 @@ def ray_init_kwargs(placement_cfg, plan: Plan, extra_resources: tuple = (), env_
     if env_worker_cpus is not None:  # a fleet: its members' workers instead of num_env_workers
         total += env_worker_cpus - plan.env_worker.num_cpus * plan.num_env_workers
     cpus = max(os.cpu_count() or 1, int(total + 0.999))
-    kwargs: dict[str, Any] = {"num_cpus": cpus, "include_dashboard": False, "log_to_driver": True}
+    # "local": always a new runtime, never a Ray instance another process left running here
+    kwargs: dict[str, Any] = {"address": "local", "num_cpus": cpus, "include_dashboard": False, "log_to_driver": True}
     # One machine that reaches the robot(s) itself offers them as resources, e.g.
     # {"franka": 1}, and is every node group at once; on a cluster each node registers
     # what it reaches or is (`ray start --resources=...`).
