@@ -43,7 +43,7 @@ def test_training_survives_an_edge_daemon_killed_and_restarted(tmp_path):
     validate(cfg)
     run_dir = create_run_dir(cfg)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=4, resources={"franka": 1}, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, resources={"franka": 1}, include_dashboard=False, log_to_driver=False)
     killed: dict = {}
     restarted = threading.Event()
 

@@ -39,7 +39,7 @@ def test_sac_learns_pushcube(tmp_path):
     )
     validate(cfg)
     run_dir = create_run_dir(cfg)
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     trainer = Trainer(cfg, run_dir)
     try:
         progress = trainer.run()

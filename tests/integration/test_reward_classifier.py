@@ -104,7 +104,7 @@ def test_training_run_takes_its_rewards_from_the_classifier_across_a_kill_9(clas
         sim="gym_hil",
     )  # fmt: skip
     validate(cfg)
-    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
     run_dir = create_run_dir(cfg)
     killed: dict = {}
 
@@ -172,7 +172,7 @@ def test_a_client_waits_for_a_server_still_starting_and_passes_its_refusals_on(c
 
     path, _, root = classifier
     name = server_name(str(root / "run"))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         started = []
 

@@ -19,7 +19,7 @@ SPEC = {"state_dim": 6, "cameras": {}, "action_dim": 3, "active_dims": [0, 1, 2]
 def ray_runtime():
     import ray
 
-    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -57,7 +57,7 @@ def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path, lin
         validate(cfg)
         run_dir = create_run_dir(cfg)
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=4, resources={"franka": 1}, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=4, resources={"franka": 1}, include_dashboard=False, log_to_driver=False)
         before = edge_telemetry(port)
         trainer = Trainer(cfg, run_dir)
         try:

@@ -17,7 +17,7 @@ from rlinf_user.runtime.trainer import Trainer  # noqa: E402
 def ray_runtime():
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

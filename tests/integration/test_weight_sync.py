@@ -13,7 +13,7 @@ from rlinf_user.runtime.weights import WeightPublisher, WeightStore, WeightSubsc
 def ray_runtime():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
