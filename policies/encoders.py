@@ -85,11 +85,17 @@ class ConvEncoder(nn.Module):
         return torch.cat(feats, dim=-1)
 
 
-def build_encoder(policy_cfg, state_dim: int, cameras: dict[str, tuple[int, int]]) -> nn.Module:
-    if policy_cfg.name == "mlp":
-        return StateEncoder(state_dim)
-    if policy_cfg.name == "cnn":
-        return ConvEncoder(
-            state_dim, cameras, policy_cfg.encoder_channels, policy_cfg.image_feature_dim
-        )
-    raise ValueError(f"unknown policy {policy_cfg.name!r}; available: mlp, cnn")
+def encoder_kind(policy_cfg) -> str:
+    """``policy.encoder`` where the policy names one, else its own name (mlp, cnn)."""
+    kind = policy_cfg.get("encoder") if hasattr(policy_cfg, "get") else getattr(policy_cfg, "encoder", None)
+    return str(kind or policy_cfg.name)
+
+
+def build_encoder(policy_cfg, spec) -> nn.Module:
+    """The observation encoder for ``spec`` (:class:`rlinf_user.env.spec.EnvSpec`)."""
+    kind = encoder_kind(policy_cfg)
+    if kind == "mlp":
+        return StateEncoder(spec.state_dim)
+    if kind == "cnn":
+        return ConvEncoder(spec.state_dim, dict(spec.cameras), policy_cfg.encoder_channels, policy_cfg.image_feature_dim)
+    raise ValueError(f"unknown encoder {kind!r} (policy {policy_cfg.name!r}); available: mlp, cnn")

@@ -9,19 +9,23 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlinf_user.env.spec import EnvSpec, obs_to_torch, stack_obs
+
 log = logging.getLogger(__name__)
 
 
-def load_policy_from_checkpoint(path: str | Path, cfg, spec: dict[str, Any]):
-    from rlinf_user.algorithms.sac import build_policy
+def load_policy_from_checkpoint(path: str | Path, cfg, spec):
+    """The policy in a checkpoint (``best.pt`` or a learner checkpoint), built for ``spec``;
+    a checkpoint that does not fit the config's policy raises ``ValueError`` naming keys."""
+    from rlinf_user.policies.base import build_policy, policy_state_of
 
     state = torch.load(path, map_location="cpu", weights_only=True)
-    policy = build_policy(cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"])
-    if "policy" in state:  # best.pt: the evaluated policy alone
-        policy.load_state_dict(state["policy"])
-    else:  # a learner checkpoint: the policy inside the agent
-        model = state["agent"]["model"]
-        policy.load_state_dict({k[len("policy."):]: v for k, v in model.items() if k.startswith("policy.")})
+    policy = build_policy(cfg.policy, spec if isinstance(spec, EnvSpec) else EnvSpec.from_dict(spec))
+    try:
+        policy.load_state_dict(policy_state_of(state))
+    except RuntimeError as err:
+        raise ValueError(f"{path} does not fit policy={cfg.policy.name} for this env: {str(err).splitlines()[0]} "
+                         f"{' '.join(str(err).split())[:400]}") from err  # fmt: skip
     policy.eval()
     return policy, int(state.get("version", -1))
 
@@ -41,10 +45,10 @@ def frame_of(env, obs: dict[str, Any]) -> np.ndarray | None:
     return None if frame is None else np.asarray(frame, dtype=np.uint8)
 
 
-def checkpoint_spec(path: str | Path) -> dict[str, Any] | None:
+def checkpoint_spec(path: str | Path) -> EnvSpec | None:
     """The learner-side spec a checkpoint was trained for (None for older checkpoints)."""
     state = torch.load(path, map_location="cpu", weights_only=True)
-    return state.get("spec")
+    return EnvSpec.from_dict(state["spec"]) if state.get("spec") else None
 
 
 def evaluate_policy(
@@ -52,23 +56,24 @@ def evaluate_policy(
 ) -> dict[str, Any]:
     """``adapter`` (:class:`rlinf_user.runtime.fleet.Adapter`): the policy was trained on a
     fleet's union spec; it maps this env's observations in and actions out."""
-    from rlinf_user.runtime.env_worker import env_spec, expand_action, obs_to_torch
-
-    spec = adapter.fleet if adapter is not None else env_spec(env)
+    spec = adapter.fleet if adapter is not None else EnvSpec.of_env(env)
 
     results, frames = [], []
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)
         ret, steps, done, info = 0.0, 0, False, {}
+        chunk: list[np.ndarray] = []
         while not done:
             if ep < video_episodes:
                 f = frame_of(env, obs)
                 if f is not None:
                     frames.append(f)
-            batch = {"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}}
-            if adapter is not None:
-                batch = adapter.obs(batch)
-            action = expand_action(policy.act(obs_to_torch(batch), deterministic=True).numpy()[0], spec)
+            if not chunk:  # a policy's chunk of H actions runs out before it is asked again
+                batch = stack_obs([obs])
+                if adapter is not None:
+                    batch = adapter.obs(batch)
+                chunk = list(policy.act(obs_to_torch(batch), deterministic=True).actions[0].float().numpy())
+            action = spec.expand_action(chunk.pop(0))
             obs, r, te, tr, info = env.step(adapter.env_action(action) if adapter is not None else action)
             ret += r
             steps += 1

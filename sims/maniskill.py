@@ -455,17 +455,24 @@ class ManiSkillVectorEnv:
         stamps = _np(elapsed).astype(np.float64) * self._dt
         return batch_contract_obs(raw, self.cameras, stamps)
 
-    def reset(self, seed: int | None = None) -> dict[str, Any]:
-        if seed is None:
+    def reset(self, seed: int | None = None, seeds: Sequence[int] | None = None) -> dict[str, Any]:
+        if seeds is not None:  # one seed per env (ManiSkill takes a list)
+            seed = [int(s) for s in seeds]
+        elif seed is None:
             seed, self._pending_seed = self._pending_seed, None
         raw, _ = self._venv.reset(seed=seed)
         return self._obs(raw, self._base.elapsed_steps)
 
     def step(
-        self, actions: np.ndarray
+        self, actions: np.ndarray, reset_seeds: Sequence[int | None] | None = None
     ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         import torch
 
+        if reset_seeds is not None:
+            raise ContractError(
+                "per-env reset seeds (GRPO's groups) are not supported by ManiSkill's GPU-parallel auto-reset; "
+                "run GRPO with env.sim_device=cpu"
+            )
         actions = np.asarray(actions)
         if actions.shape != (self.num_envs, 7):
             raise ContractError(
@@ -492,6 +499,13 @@ class ManiSkillVectorEnv:
         if not np.all(np.isfinite(rewards)) or not np.all(np.isfinite(obs["state"])):
             raise ContractError("ManiSkill produced a non-finite reward or state")
         return obs, rewards, term, trunc, per_env
+
+    def end_episode(self, i: int) -> dict[str, Any]:
+        """Reset env ``i`` alone (a learned reward said success); its new first observation."""
+        import torch
+
+        raw, _ = self._venv.reset(options={"env_idx": torch.tensor([int(i)], device=self._base.device)})
+        return index_obs(self._obs(raw, self._base.elapsed_steps), int(i))
 
     def close(self) -> None:
         venv, self._venv = getattr(self, "_venv", None), None

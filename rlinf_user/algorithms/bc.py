@@ -1,32 +1,52 @@
-"""Behaviour cloning of the deterministic policy (the same ``PolicyModule`` SAC acts with),
-on (observation, human action) pairs: HG-DAgger's learner and a warm start for RL."""
+"""Behaviour cloning of any BC-trainable policy on (observation, target action) pairs:
+HG-DAgger's learner, the warm start of RL (``algo.bc_warmup_updates``) and, as
+``algo=bc``, a learner that trains on the demonstrations alone."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
-import torch.nn.functional as F
 
-from rlinf_user.algorithms.sac import PolicyModule
-
-
-def bc_loss(policy: PolicyModule, obs: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
-    """MSE between the policy's deterministic action and the label, in the tanh space,
-    plus a pull of the Gaussian's log-std towards its floor (a confident policy)."""
-    mean, log_std = policy.actor(policy.encoder(obs))
-    action = torch.tanh(mean)
-    return F.mse_loss(action, target) + 1e-3 * (log_std - policy.actor.log_std_min).mean()
+from rlinf_user.algorithms.base import Algorithm
+from rlinf_user.env.spec import EnvSpec
 
 
-class BC:
-    def __init__(self, policy: PolicyModule, lr: float = 1e-3, weight_decay: float = 1e-5):
-        self.policy = policy
-        self.opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=weight_decay)
-        self.num_updates = 0
+@dataclass
+class _Defaults:
+    lr: float = 1e-3
+    weight_decay: float = 1e-5
 
-    def update(self, obs: dict[str, torch.Tensor], target: torch.Tensor) -> float:
-        loss = bc_loss(self.policy, obs, target.clamp(-0.999, 0.999))
+
+class BC(Algorithm):
+    requires = ("behaviour cloning",)
+
+    def __init__(self, cfg, policy, spec: EnvSpec, device="cpu"):
+        super().__init__(cfg if cfg is not None else _Defaults(), policy, spec, device)
+        self.policy.to(self.device)
+        self.opt = torch.optim.AdamW(policy.parameters(), lr=float(self.cfg.lr), weight_decay=float(self.cfg.weight_decay))
+
+    @classmethod
+    def for_policy(cls, policy, lr: float = 1e-3, weight_decay: float = 1e-5) -> BC:
+        """A BC trainer on an existing policy (warm starts, HG-DAgger)."""
+        return cls(_Defaults(lr, weight_decay), policy, policy.spec, next(policy.parameters()).device)
+
+    def step(self, obs: dict[str, Any], target: torch.Tensor) -> float:
+        loss = self.policy.bc_loss(obs, target)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
         self.num_updates += 1
         return float(loss.detach())
+
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        return {"bc_loss": self.step(batch["obs"], batch["action"])}
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "opt": self.opt.state_dict(), "num_updates": self.num_updates}
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.opt.load_state_dict(state["opt"])
+        self.num_updates = int(state["num_updates"])

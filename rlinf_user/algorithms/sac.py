@@ -1,4 +1,4 @@
-"""SAC with critic ensembles, high update-to-data, RLPD demo mixing and CrossQ.
+"""SAC with critic ensembles, high update-to-data, RLPD demo mixing, CrossQ and SAC-Flow.
 
 One class covers the family; the config picks the variant:
 
@@ -7,9 +7,12 @@ One class covers the family; the config picks the variant:
   larger ensemble with a random min-subset (REDQ), as in Ball et al. 2023.
 * ``crossq``: batch-renormalised critics, no target network; current and next
   state-actions pass through the critic in one joint batch (Bhatt et al. 2024).
+* ``sac_flow``: the same losses over a flow policy, whose reparameterised sample and
+  log-prob come from its velocity network (see :mod:`rlinf_user.policies.flow`).
 
-Images are augmented with DrQ random shifts; the encoder is trained by the critic loss
-and seen detached by the actor.
+Any policy with reparameterised sampling (:class:`rlinf_user.policies.base.Reparameterised`)
+works: the critics read its encoder's features. Images are augmented with DrQ random
+shifts; the encoder is trained by the critic loss and seen detached by the actor.
 """
 
 from __future__ import annotations
@@ -23,67 +26,56 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlinf_user.algorithms.augment import augment_obs
-from rlinf_user.policies.actor_critic import CriticEnsemble, TanhGaussianActor
-from rlinf_user.policies.encoders import build_encoder
+from rlinf_user.algorithms.base import Algorithm
+from rlinf_user.env.spec import EnvSpec
+from rlinf_user.policies.actor_critic import CriticEnsemble
 
 log = logging.getLogger(__name__)
 
 
-class PolicyModule(nn.Module):
-    """What rollout needs: encoder + actor. Published to env workers by version."""
+class SAC(Algorithm):
+    requires = ("reparameterised sampling with log-prob",)
 
-    def __init__(self, encoder: nn.Module, actor: TanhGaussianActor):
-        super().__init__()
-        self.encoder = encoder
-        self.actor = actor
+    @classmethod
+    def problems(cls, algo_cfg, policy_cfg, spec=None) -> list[str]:
+        out = super().problems(algo_cfg, policy_cfg, spec)
+        if str(algo_cfg.name) == "sac_flow" and str(policy_cfg.name) != "flow":
+            out.append(f"algo=sac_flow trains a flow policy: set policy=flow (policy={policy_cfg.name})")
+        if str(algo_cfg.name) != "sac_flow" and str(policy_cfg.name) == "flow":
+            out.append(f"policy=flow is trained by SAC through algo=sac_flow (algo={algo_cfg.name})")
+        return out
 
-    @torch.no_grad()
-    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
-        return self.actor.act(self.encoder(obs), deterministic)
-
-
-def build_policy(policy_cfg, state_dim: int, cameras: dict, action_dim: int) -> PolicyModule:
-    encoder = build_encoder(policy_cfg, state_dim, cameras)
-    actor = TanhGaussianActor(
-        encoder.out_dim, action_dim, policy_cfg.hidden, policy_cfg.log_std_min, policy_cfg.log_std_max
-    )
-    return PolicyModule(encoder, actor)
-
-
-class SAC(nn.Module):
-    def __init__(self, algo_cfg, policy_cfg, state_dim: int, cameras: dict, action_dim: int, device="cpu"):
-        super().__init__()
-        self.cfg = algo_cfg
-        self.device = torch.device(device)
-        self.crossq = algo_cfg.name == "crossq"
-        self.policy = build_policy(policy_cfg, state_dim, cameras, action_dim)
-        feat = self.policy.encoder.out_dim
+    def __init__(self, algo_cfg, policy, spec: EnvSpec, device="cpu"):
+        super().__init__(algo_cfg, policy, spec, device)
+        self.crossq = algo_cfg.name == "crossq" or bool(algo_cfg.batch_norm)
+        hidden = list(getattr(policy, "hidden", None) or [256, 256])  # critics as wide as the actor
         self.critic = CriticEnsemble(
-            feat,
-            action_dim,
-            policy_cfg.hidden,
+            policy.encoder.out_dim,
+            spec.action_dim,
+            hidden,
             algo_cfg.num_critics,
             layer_norm=algo_cfg.critic_layer_norm,
-            batch_norm=algo_cfg.batch_norm or self.crossq,
+            batch_norm=self.crossq,
         )
         self.target_critic = None if self.crossq else copy.deepcopy(self.critic).requires_grad_(False)
-        self.target_encoder = (
-            None if self.crossq else copy.deepcopy(self.policy.encoder).requires_grad_(False)
-        )
+        self.target_encoder = None if self.crossq else copy.deepcopy(policy.encoder).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(float(algo_cfg.init_temperature)).log())
         self.target_entropy = (
-            algo_cfg.target_entropy if algo_cfg.target_entropy is not None else -action_dim / 2.0
+            algo_cfg.target_entropy if algo_cfg.target_entropy is not None else -spec.action_dim / 2.0
         )
         betas = (0.5, 0.999) if self.crossq else (0.9, 0.999)
         self.critic_opt = torch.optim.Adam(
-            list(self.critic.parameters()) + list(self.policy.encoder.parameters()),
-            lr=algo_cfg.critic_lr,
-            betas=betas,
+            list(self.critic.parameters()) + list(policy.encoder.parameters()), lr=algo_cfg.critic_lr, betas=betas
         )
-        self.actor_opt = torch.optim.Adam(self.policy.actor.parameters(), lr=algo_cfg.actor_lr, betas=betas)
+        actor_params = [p for n, p in policy.named_parameters() if not n.startswith("encoder.")]
+        self.actor_opt = torch.optim.Adam(actor_params, lr=algo_cfg.actor_lr, betas=betas)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=algo_cfg.alpha_lr, betas=betas)
-        self.num_updates = 0
-        self.to(self.device)
+        self._modules = {"policy": policy, "critic": self.critic, "target_critic": self.target_critic,
+                         "target_encoder": self.target_encoder}  # fmt: skip
+        for m in self._modules.values():
+            if m is not None:
+                m.to(self.device)
+        self.log_alpha.data = self.log_alpha.data.to(self.device)
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -102,42 +94,38 @@ class SAC(nn.Module):
         reward = batch["reward"] * self.cfg.reward_scale
         not_done = 1.0 - batch["terminated"]
         alpha = self.alpha.detach()
+        enc = self.policy.encoder
         if self.crossq:
-            feats = self.policy.encoder(obs)
-            next_feats = self.policy.encoder(next_obs)
+            feats = enc(obs)
+            next_feats = enc(next_obs)
             with torch.no_grad():
-                next_a, next_logp = self.policy.actor.sample(next_feats)
-            q_all = self.critic(
-                torch.cat([feats, next_feats.detach()]), torch.cat([batch["action"], next_a])
-            )
+                next_a, next_logp = self.policy.sample_features(next_feats)
+            q_all = self.critic(torch.cat([feats, next_feats.detach()]), torch.cat([batch["action"], next_a]))
             q, next_q = q_all.split(feats.shape[0], dim=1)
             with torch.no_grad():
-                target = reward + not_done * self.cfg.gamma * (
-                    self._target_min(next_q) - alpha * next_logp
-                )
+                target = reward + not_done * self.cfg.gamma * (self._target_min(next_q) - alpha * next_logp)
         else:
-            feats = self.policy.encoder(obs)
+            feats = enc(obs)
             with torch.no_grad():
-                next_a, next_logp = self.policy.actor.sample(self.policy.encoder(next_obs))
+                next_a, next_logp = self.policy.sample_features(enc(next_obs))
                 next_q = self.target_critic(self.target_encoder(next_obs), next_a)
-                target = reward + not_done * self.cfg.gamma * (
-                    self._target_min(next_q) - alpha * next_logp
-                )
+                target = reward + not_done * self.cfg.gamma * (self._target_min(next_q) - alpha * next_logp)
             q = self.critic(feats, batch["action"])
         loss = F.mse_loss(q, target.unsqueeze(0).expand_as(q)) * q.shape[0]
         return loss, {"critic_loss": loss.item() / q.shape[0], "q_mean": q.mean().item()}
 
     def _actor_loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict]:
         feats = self.policy.encoder(batch["obs"]).detach()
-        action, logp = self.policy.actor.sample(feats)
+        action, logp = self.policy.sample_features(feats)
         if self.crossq:
             self.critic.eval()
         q = self.critic(feats, action).mean(dim=0)
         if self.crossq:
             self.critic.train()
         actor_loss = (self.alpha.detach() * logp - q).mean()
+        metrics = {"entropy": -logp.mean().item()}
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-        return actor_loss, alpha_loss, {"entropy": -logp.mean().item()}
+        return actor_loss, alpha_loss, metrics
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One critic update (and an actor/temperature update every ``actor_update_every``)."""
@@ -175,13 +163,17 @@ class SAC(nn.Module):
             for b, tb in zip(src.buffers(), dst.buffers()):
                 tb.copy_(b)
 
-    def policy_state(self) -> dict[str, torch.Tensor]:
-        """CPU copy of the rollout policy's weights, for publication."""
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
+    def _model_state(self) -> dict[str, torch.Tensor]:
+        """Every trained tensor under one prefix per part (the checkpoint layout)."""
+        out = {"log_alpha": self.log_alpha.detach()}
+        for name, m in self._modules.items():
+            if m is not None:
+                out.update({f"{name}.{k}": v for k, v in m.state_dict().items()})
+        return out
 
     def checkpoint_state(self) -> dict[str, Any]:
         return {
-            "model": self.state_dict(),
+            "model": self._model_state(),
             "critic_opt": self.critic_opt.state_dict(),
             "actor_opt": self.actor_opt.state_dict(),
             "alpha_opt": self.alpha_opt.state_dict(),
@@ -189,7 +181,11 @@ class SAC(nn.Module):
         }
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
-        self.load_state_dict(state["model"])
+        model = state["model"]
+        for name, m in self._modules.items():
+            if m is not None:
+                m.load_state_dict({k[len(name) + 1 :]: v for k, v in model.items() if k.startswith(name + ".")})
+        self.log_alpha.data.copy_(model["log_alpha"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])

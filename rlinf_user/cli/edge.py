@@ -94,9 +94,8 @@ def run_edge(args, console: Console) -> int:
         return 0
     sim_server = None
     if cfg.franky_sim:
-        from rlinf_user.robots.franka.sim_server import start_franky_sim
-
         from rlinf_user.edge.daemon import EdgeStartError
+        from rlinf_user.robots.franka.sim_server import start_franky_sim
 
         console.print("starting franky-sim (MuJoCo Franka speaking the libfranka protocol)")
         # a scene camera needs the simulator's MuJoCo model in this process

@@ -11,9 +11,9 @@ def run_eval(args, console) -> int:
     from omegaconf import OmegaConf
 
     from rlinf_user.env.registry import make_env
+    from rlinf_user.env.spec import EnvSpec
     from rlinf_user.evaluation import evaluate_policy, load_policy_from_checkpoint, write_video
     from rlinf_user.rundir import write_json
-    from rlinf_user.runtime.env_worker import env_spec
     from rlinf_user.runtime.learner import latest_checkpoint
 
     target = Path(args.run)
@@ -45,8 +45,8 @@ def run_eval(args, console) -> int:
         raise ConfigError(f"--member {name}: this run's fleet members are {', '.join(names)}")
     member = fleet[names.index(name)]
     env = make_env(member.env, seed=cfg.seed + 12345)
-    trained = checkpoint_spec(ckpt) or env_spec(env)
-    adapter = Adapter(env_spec(env), {"env_state_dim": trained["state_dim"], "member_id_dims": 0, **trained}, member.index)
+    trained = checkpoint_spec(ckpt) or EnvSpec.of_env(env)
+    adapter = Adapter(EnvSpec.of_env(env), trained, member.index)
     policy, version = load_policy_from_checkpoint(ckpt, cfg, trained)
     where = f" on member {name}" if len(fleet) > 1 else ""
     console.print(f"evaluating [bold]{ckpt}[/] (policy version {version}){where} for {args.episodes} episodes")

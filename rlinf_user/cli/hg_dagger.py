@@ -33,11 +33,11 @@ def run_hg_dagger(args, console) -> int:
     import ray
     import torch
 
-    from rlinf_user.algorithms.sac import build_policy
     from rlinf_user.env.registry import make_env
+    from rlinf_user.env.spec import EnvSpec
+    from rlinf_user.policies.base import build_policy
     from rlinf_user.rundir import attach_log_file, create_run_dir
     from rlinf_user.runtime.bc_learner import BCLearner
-    from rlinf_user.runtime.env_worker import env_spec
     from rlinf_user.runtime.trainer import check_demos
     from rlinf_user.runtime.weights import WeightStore, WeightSubscriber
     from rlinf_user.teleop.hg_dagger import HGDaggerSession, round_summary, version_summary
@@ -57,7 +57,7 @@ def run_hg_dagger(args, console) -> int:
         from rlinf_user.data.lerobot_reader import LeRobotReader
 
         env = make_env(cfg.env, seed=cfg.seed)
-        spec = env_spec(env)
+        spec = EnvSpec.of_env(env)
         demo_root = cfg.demos
         if h.synthetic_human:
             device, human, demo_root = _synthetic_setup(env, spec, cfg, console, run_dir)
@@ -81,7 +81,7 @@ def run_hg_dagger(args, console) -> int:
         console.print(f"behaviour cloning on {len(demo_states)} demonstration steps ({h.warmup_updates} updates)")
         ray.get(learner.train.remote(h.warmup_updates))
         ray.get(learner.publish.remote())
-        policy = build_policy(cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"])
+        policy = build_policy(cfg.policy, spec)
         sub = WeightSubscriber(store, policy)
         sub.sync()
         ray.get(learner.start.remote(h.updates_per_s))
@@ -170,7 +170,7 @@ def _synthetic_setup(env, spec, cfg, console, run_dir):
     root = cfg.demos
     if not root:
         root = run_dir / "synthetic_demos"
-        writer = LeRobotWriter(root, 10, fmt.contract_features(spec["state_dim"], {}, 10))
+        writer = LeRobotWriter(root, 10, fmt.contract_features(spec.state_dim, {}, 10))
         n = int(cfg.hg_dagger.synthetic_demos)
         Recorder(env, device, writer, "pick", rate_hz=0, before_step=SyntheticHuman(hand, PickCubeExpert())).run(
             n, seed=cfg.seed + 10_000

@@ -20,8 +20,12 @@ class ConfigError(ValueError):
 
 
 def _register() -> None:
+    from rlinf_user.config.algo import ALGO_CONFIGS
+
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
+    for name, schema in ALGO_CONFIGS.items():  # configs/algo/<name>.yaml pulls in its schema
+        cs.store(group="algo_schema", name=name, node=schema)
 
 
 def compose_config(
@@ -44,7 +48,27 @@ def compose_config(
         raise ConfigError(_explain(err)) from err
     finally:
         GlobalHydra.instance().clear()
+    _apply_tuning(cfg, ov)
     return cfg
+
+
+FAMILIES = {"sac": "sac", "rlpd": "sac", "crossq": "sac", "sac_flow": "sac", "ppo": "ppo", "grpo": "ppo"}
+
+
+def _apply_tuning(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    """The env's ``algo_tuning`` for this algorithm (its own name first, then its family),
+    except keys the command line sets."""
+    name = str(cfg.algo.name)
+    tuning = cfg.get("algo_tuning") or {}
+    tuned = tuning.get(name, tuning.get(FAMILIES.get(name, name))) or {}
+    given = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    for key, value in tuned.items():
+        if f"algo.{key}" in given:
+            continue
+        try:
+            cfg.algo[key] = value
+        except Exception as err:  # noqa: BLE001 - omegaconf raises several kinds
+            raise ConfigError(f"algo_tuning.{FAMILIES.get(name, name)}.{key}: not a key of algo={name} ({err})") from err
 
 
 def _explain(err: Exception) -> str:
@@ -53,6 +77,10 @@ def _explain(err: Exception) -> str:
         return f"unknown robot: {msg}"
     if "Could not find" in msg and "'sim/" in msg:
         return f"unknown simulator: {msg}"
+    if "Could not find" in msg and "'algo/" in msg:
+        return f"unknown algorithm: {msg}"
+    if "Could not find" in msg and "'policy/" in msg:
+        return f"unknown policy: {msg}"
     return msg
 
 
@@ -77,16 +105,23 @@ def validate(cfg: DictConfig) -> None:
             + " ".join(f"{k}=..." for k in missing)
             + ")"
         )
-    if cfg.algo.name not in ("sac", "rlpd", "crossq"):
-        raise ConfigError(f"algo.name={cfg.algo.name!r}: available sac, rlpd, crossq")
+    from rlinf_user.algorithms.base import check_algorithm
+
+    problems = check_algorithm(cfg.algo, cfg.policy)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    _check_on_policy(cfg)
     iv = cfg.get("intervention")
     human_demos = bool(iv is not None and iv.enabled and iv.to_demos)
-    if cfg.algo.demo_ratio > 0 and not cfg.demos and not human_demos:
+    demo_ratio = float(cfg.algo.get("demo_ratio", 0.0))
+    if cfg.algo.name == "bc" and not cfg.demos:
+        raise ConfigError("algo=bc trains on demonstrations: give demos=<dataset>")
+    if demo_ratio > 0 and not cfg.demos and not human_demos:
         raise ConfigError(
-            f"algo.demo_ratio={cfg.algo.demo_ratio} mixes demonstrations into every batch, "
+            f"algo.demo_ratio={demo_ratio} mixes demonstrations into every batch, "
             "but no demos=<path> was given (or set algo.demo_ratio=0)"
         )
-    if human_demos and cfg.algo.demo_ratio <= 0:
+    if human_demos and demo_ratio <= 0:
         raise ConfigError(
             "intervention.to_demos=true samples the human's interventions as demonstrations, "
             "which needs algo.demo_ratio > 0 (e.g. algo=rlpd, or algo.demo_ratio=0.5); "
@@ -152,6 +187,29 @@ def validate(cfg: DictConfig) -> None:
         validate_env_config(cfg.env)
     except (KeyError, ValueError) as err:
         raise ConfigError(str(err)) from err
+
+
+def _check_on_policy(cfg: DictConfig) -> None:
+    """On-policy algorithms: envs that fit their groups, no human data paths."""
+    from rlinf_user.algorithms.base import ON_POLICY, algorithm_class
+
+    if algorithm_class(cfg.algo).data_mode != ON_POLICY:
+        return
+    name = cfg.algo.name
+    if cfg.demos:
+        raise ConfigError(f"algo={name} learns on-policy from its own rollouts: demos= is not used (use algo=rlpd or bc)")
+    iv = cfg.get("intervention")
+    if iv is not None and iv.enabled:
+        raise ConfigError(f"algo={name}: human interventions need an off-policy algorithm (algo=rlpd, sac)")
+    if name == "grpo":
+        g = int(cfg.algo.group_size)
+        sizes = [int(m.get("envs_per_worker", 1)) for m in (cfg.get("fleet") or [])] or [int(cfg.placement.envs_per_worker)]
+        bad = [n for n in sizes if g < 1 or n % g]
+        if bad:
+            raise ConfigError(
+                f"algo.group_size={g} must divide the envs of every worker (placement.envs_per_worker={sizes[0]}): "
+                f"GRPO compares episodes that start from the same reset seed within a worker"
+            )
 
 
 def to_yaml(cfg: DictConfig) -> str:

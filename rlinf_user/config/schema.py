@@ -48,40 +48,19 @@ class EnvConfig:
 
 
 @dataclass
-class AlgoConfig:
-    """Off-policy actor-critic family: SAC, RLPD (SAC + demo mixing + LayerNorm), CrossQ."""
-
-    name: str = "sac"  # sac | rlpd | crossq
-    gamma: float = 0.9
-    tau: float = 0.005
-    batch_size: int = 256
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    alpha_lr: float = 3e-4
-    init_temperature: float = 1.0
-    target_entropy: float | None = None  # default -action_dim / 2
-    num_critics: int = 2
-    num_min_critics: int = 2  # REDQ-style random subset for the target min
-    utd_ratio: float = 1.0  # critic updates per env step (across all envs)
-    actor_update_every: int = 1  # critic:actor update ratio
-    learning_starts: int = 1000
-    critic_layer_norm: bool = False
-    batch_norm: bool = False  # CrossQ: batch-renorm critics, no target network
-    demo_ratio: float = 0.0  # fraction of each batch drawn from demos (RLPD: 0.5)
-    bc_warmup_updates: int = 0  # behaviour-clone the actor on demos=... before RL starts
-    drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
-    grad_clip: float = 0.0
-    reward_scale: float = 1.0
-
-
-@dataclass
 class PolicyConfig:
-    name: str = "mlp"  # mlp | cnn
+    """A policy from :data:`rlinf_user.policies.base.POLICIES`; fields a policy does not use
+    are ignored by it."""
+
+    name: str = "mlp"  # mlp | cnn (tanh-Gaussian) | gaussian_ac (on-policy) | flow
+    encoder: str | None = None  # mlp | cnn; None: the policy's name (mlp/cnn)
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     encoder_channels: list[int] = field(default_factory=lambda: [32, 32, 32, 32])
     image_feature_dim: int = 64
     log_std_min: float = -5.0
     log_std_max: float = 2.0
+    init_log_std: float = -0.5  # gaussian_ac: the learned state-independent log-std starts here
+    flow_steps: int = 4  # flow: Euler steps of the velocity field (K)
 
 
 @dataclass
@@ -249,7 +228,10 @@ class RewardConfig:
 @dataclass
 class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    algo: Any = None  # one of rlinf_user.config.algo's dataclasses, picked by algo=<name>
+    # an env's tuning per algorithm family ({sac: {gamma: 0.9}, ppo: {...}}), set by sim/ and
+    # robot/ configs and applied to `algo` unless the command line sets the same key
+    algo_tuning: dict[str, Any] = field(default_factory=dict)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)

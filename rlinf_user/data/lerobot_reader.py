@@ -158,19 +158,19 @@ def episode_transitions(ep: Episode, image_keys: list[str] | None = None) -> dic
     return chunk
 
 
-def demo_mismatch(reader: LeRobotReader, spec: dict[str, Any]) -> list[str]:
+def demo_mismatch(reader: LeRobotReader, spec) -> list[str]:
     """Why a dataset's episodes cannot feed training on an env with ``spec`` (empty: fine)."""
     problems = []
     state = reader.features.get(fmt.STATE_KEY)
     if state is None:
         problems.append(f"the dataset has no {fmt.STATE_KEY}")
-    elif int(state["shape"][0]) != int(spec["state_dim"]):
-        problems.append(f"{fmt.STATE_KEY} has {state['shape'][0]} dims, the env's state has {spec['state_dim']}")
+    elif int(state["shape"][0]) != int(spec.state_dim):
+        problems.append(f"{fmt.STATE_KEY} has {state['shape'][0]} dims, the env's state has {spec.state_dim}")
     action = reader.features.get(fmt.ACTION_KEY)
-    if action is None or int(action["shape"][0]) != int(spec.get("contract_action_dim", 7)):
+    if action is None or int(action["shape"][0]) != int(spec.contract_action_dim):
         problems.append(f"action is {None if action is None else action['shape']}, the env takes 7-D contract actions")
     have = reader.cameras()
-    for cam, hw in dict(spec.get("cameras", {})).items():
+    for cam, hw in dict(spec.cameras).items():
         if cam not in have:
             problems.append(f"camera {cam!r} is not in the dataset (it has {sorted(have) or 'none'})")
         elif tuple(have[cam]) != tuple(hw):

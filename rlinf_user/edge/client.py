@@ -10,9 +10,9 @@ security handshakes are reported from the socket monitor with the reason.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
-import secrets
 from typing import Any
 
 import numpy as np

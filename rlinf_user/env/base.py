@@ -29,7 +29,6 @@ class ContractEnv(gym.Env, abc.ABC):
     metadata = {"render_modes": ["rgb_array"]}
     action_spec: ActionSpec = ActionSpec()
     max_episode_steps: int = 100
-    success_bonus: float = 0.0
 
     @classmethod
     def validate_config(cls, env_cfg) -> None:
@@ -72,8 +71,6 @@ class ContractEnv(gym.Env, abc.ABC):
         info.setdefault("success", False)
         info["success"] = bool(info["success"])
         reward = float(reward)
-        if terminated and info["success"]:
-            reward += self.success_bonus
         if not np.isfinite(reward):
             raise ContractError(f"{type(self).__name__} produced a non-finite reward {reward}")
         return obs, reward, bool(terminated), truncated, info

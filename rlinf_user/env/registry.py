@@ -39,10 +39,7 @@ def backend_class(kind: str, name: str) -> type[ContractEnv]:
 
 def make_env(env_cfg: Any, seed: int | None = None) -> ContractEnv:
     """Build one env from an ``EnvConfig`` (see ``rlinf_user.config.schema``)."""
-    cls = backend_class(env_cfg.kind, env_cfg.backend)
-    env = cls.from_config(env_cfg, seed=seed)
-    env.success_bonus = float(getattr(env_cfg, "success_bonus", 0.0) or 0.0)
-    return env
+    return backend_class(env_cfg.kind, env_cfg.backend).from_config(env_cfg, seed=seed)
 
 
 def validate_env_config(env_cfg: Any) -> None:
@@ -54,16 +51,17 @@ def validate_env_config(env_cfg: Any) -> None:
 def make_vector_env(env_cfg: Any, num_envs: int, seed: int = 0):
     """``num_envs`` envs behind the batched interface of :mod:`rlinf_user.env.vector`.
 
-    A backend with a GPU-parallel implementation (``vector_class``, e.g. ManiSkill on CUDA)
-    simulates them in one process; otherwise :class:`EnvBatch` steps single envs.
+    A backend with a GPU-parallel implementation (``make_vector``, e.g. ManiSkill on CUDA)
+    simulates them in one process; otherwise :class:`EnvBatch` steps single envs. Either
+    way the run's reward shaping (:mod:`rlinf_user.env.shaping`) is applied here.
     """
     from functools import partial
 
+    from rlinf_user.env.shaping import ShapedVectorEnv
     from rlinf_user.env.vector import EnvBatch
 
     cls = backend_class(env_cfg.kind, env_cfg.backend)
-    if num_envs > 1:
-        parallel = cls.make_vector(env_cfg, num_envs, seed)
-        if parallel is not None:
-            return parallel
-    return EnvBatch([partial(make_env, env_cfg, seed + i) for i in range(num_envs)])
+    venv = cls.make_vector(env_cfg, num_envs, seed) if num_envs > 1 else None
+    if venv is None:
+        venv = EnvBatch([partial(make_env, env_cfg, seed + i) for i in range(num_envs)])
+    return ShapedVectorEnv(venv, float(getattr(env_cfg, "success_bonus", 0.0) or 0.0))

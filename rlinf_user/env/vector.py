@@ -17,24 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlinf_user.env.base import ContractEnv
-
-
-def stack_obs(obs_list: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "state": np.stack([o["state"] for o in obs_list]),
-        "images": {k: np.stack([o["images"][k] for o in obs_list]) for k in obs_list[0]["images"]},
-        "timestamps": {
-            k: np.stack([o["timestamps"][k] for o in obs_list]) for k in obs_list[0]["timestamps"]
-        },
-    }
-
-
-def index_obs(obs: dict[str, Any], i: int) -> dict[str, Any]:
-    return {
-        "state": obs["state"][i],
-        "images": {k: v[i] for k, v in obs["images"].items()},
-        "timestamps": {k: v[i] for k, v in obs["timestamps"].items()},
-    }
+from rlinf_user.env.spec import index_obs, stack_obs  # noqa: F401 - batches are the spec module's
 
 
 class VectorEnv(Protocol):
@@ -42,10 +25,10 @@ class VectorEnv(Protocol):
     observation_space: Any  # the single-env contract space
     action_space: Any
 
-    def reset(self, seed: int | None = None) -> dict[str, Any]: ...
+    def reset(self, seed: int | None = None, seeds: Sequence[int | None] | None = None) -> dict[str, Any]: ...
 
     def step(
-        self, actions: np.ndarray
+        self, actions: np.ndarray, reset_seeds: Sequence[int | None] | None = None
     ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]: ...
 
     def end_episode(self, i: int) -> dict[str, Any]:
@@ -67,15 +50,18 @@ class EnvBatch:
         self._seed: int | None = None
         self._episodes = 0
 
-    def reset(self, seed: int | None = None) -> dict[str, Any]:
+    def reset(self, seed: int | None = None, seeds: Sequence[int | None] | None = None) -> dict[str, Any]:
+        """Reset every env: env ``i`` with ``seeds[i]`` when given, else ``seed + 1000 i``."""
         self._seed = seed
         obs = []
         for i, env in enumerate(self.envs):
-            o, _ = env.reset(seed=None if seed is None else seed + 1000 * i)
+            s = seeds[i] if seeds is not None else (None if seed is None else seed + 1000 * i)
+            o, _ = env.reset(seed=s)
             obs.append(o)
         return stack_obs(obs)
 
-    def step(self, actions: np.ndarray):
+    def step(self, actions: np.ndarray, reset_seeds: Sequence[int | None] | None = None):
+        """``reset_seeds[i]``: the seed env ``i`` resets with if its episode ends now."""
         obs, rews, terms, truncs, infos = [], [], [], [], []
         for i, env in enumerate(self.envs):
             o, r, te, tr, info = env.step(actions[i])
@@ -83,7 +69,7 @@ class EnvBatch:
                 info = dict(info)
                 info["final_obs"] = o
                 self._episodes += 1
-                o, _ = env.reset()
+                o, _ = env.reset(seed=None if reset_seeds is None else reset_seeds[i])
             obs.append(o)
             rews.append(r)
             terms.append(te)

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from rlinf_user.algorithms.bc import BC
-from rlinf_user.algorithms.sac import build_policy
+from rlinf_user.policies.base import build_policy
+from rlinf_user.runtime.learner import as_spec
 from rlinf_user.runtime.weights import WeightPublisher
 
 log = logging.getLogger(__name__)
@@ -33,10 +34,9 @@ class BCLearner:
     ):
         torch.manual_seed(seed)
         torch.set_num_threads(threads)
-        self.spec = spec
-        self.active = list(spec["active_dims"])
-        self.policy = build_policy(policy_cfg, spec["state_dim"], spec["cameras"], spec["action_dim"])
-        self.bc = BC(self.policy, lr=lr)
+        self.spec = spec = as_spec(spec)
+        self.policy = build_policy(policy_cfg, spec)
+        self.bc = BC.for_policy(self.policy, lr=lr)
         self.weight_store = weight_store
         self.batch_size = batch_size
         self.publish_every = publish_every
@@ -55,9 +55,9 @@ class BCLearner:
     def add(self, states: np.ndarray, actions: np.ndarray, source: int = 1) -> int:
         """Aggregate labelled samples; ``actions`` are 7-D contract actions."""
         states = np.asarray(states, np.float32)
-        labels = np.asarray(actions, np.float32)[:, self.active]
-        if states.ndim != 2 or states.shape[1] != self.spec["state_dim"] or len(states) != len(labels):
-            raise ValueError(f"samples of shape {states.shape} / {labels.shape} do not fit state_dim {self.spec['state_dim']}")
+        labels = self.spec.policy_action(np.asarray(actions, np.float32))
+        if states.ndim != 2 or states.shape[1] != self.spec.state_dim or len(states) != len(labels):
+            raise ValueError(f"samples of shape {states.shape} / {labels.shape} do not fit state_dim {self.spec.state_dim}")
         if not (np.isfinite(states).all() and np.isfinite(labels).all()):
             raise ValueError("NaN/Inf in labelled samples; nothing was added")
         with self.lock:
@@ -87,7 +87,7 @@ class BCLearner:
             if self.bc.num_updates == 0:
                 self._fit_normalizer()
             obs, target = self._batch()
-            self.last_loss = self.bc.update(obs, target)
+            self.last_loss = self.bc.step(obs, target)
             if self.bc.num_updates % self.publish_every == 0:
                 self.publish()
         return self.stats()
@@ -96,7 +96,7 @@ class BCLearner:
         """State statistics from the data held before the first update (the demonstrations)."""
         with self.lock:
             states = np.concatenate(self.states)
-        self.policy.encoder.norm.fit(torch.from_numpy(states))
+        self.policy.fit_normalizer(torch.from_numpy(states))
 
     def publish(self) -> int:
         self.version += 1

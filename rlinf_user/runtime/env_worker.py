@@ -23,11 +23,14 @@ import numpy as np
 import torch
 
 from rlinf_user.env.registry import make_vector_env
-from rlinf_user.env.vector import index_obs
+from rlinf_user.env.spec import Col, EnvSpec, flat_obs, index_obs, obs_to_torch
+from rlinf_user.runtime.chunks import ChunkQueue
+from rlinf_user.runtime.seeds import group_id, group_seed
 
 log = logging.getLogger(__name__)
 
 MAX_BACKLOG_CHUNKS = 500  # unsent chunks kept while no sink takes them (then the oldest go)
+ON_POLICY_EXTRAS = (Col.LOG_PROB, Col.VALUE, Col.SAMPLE)
 
 
 class RolloutLost(RuntimeError):
@@ -39,39 +42,10 @@ def rollout_enabled(cfg) -> bool:
     return bool(ro is not None and ro.get("enabled", False))
 
 
-def obs_to_torch(obs: dict[str, Any], device: torch.device | str = "cpu") -> dict[str, Any]:
-    return {
-        "state": torch.as_tensor(obs["state"], device=device),
-        "images": {k: torch.as_tensor(v, device=device) for k, v in obs["images"].items()},
-    }
+def on_policy(cfg) -> bool:
+    from rlinf_user.algorithms.base import ON_POLICY, algorithm_class
 
-
-def env_spec(env) -> dict[str, Any]:
-    """What the networks are built for. The policy acts only on the env's active action
-    dims (``ActionSpec.active``); workers expand its output to the full contract action."""
-    space = env.observation_space
-    single = env.envs[0] if hasattr(env, "envs") else env
-    active = [i for i, a in enumerate(single.action_spec.active) if a]
-    return {
-        "state_dim": int(space["state"].shape[0]),
-        "cameras": {k: tuple(v.shape[:2]) for k, v in space["images"].spaces.items()},
-        "action_dim": len(active),
-        "active_dims": active,
-        "contract_action_dim": int(env.action_space.shape[0]),
-    }
-
-
-def expand_action(policy_action: np.ndarray, spec: dict[str, Any]) -> np.ndarray:
-    """Policy output over the active dims -> the full contract action (zeros elsewhere)."""
-    out = np.zeros((*policy_action.shape[:-1], spec["contract_action_dim"]), dtype=np.float32)
-    out[..., spec["active_dims"]] = policy_action
-    return out
-
-
-def flatten_obs(prefix: str, obs: dict[str, Any], out: dict[str, list]) -> None:
-    out.setdefault(f"{prefix}/state", []).append(obs["state"])
-    for k, v in obs["images"].items():
-        out.setdefault(f"{prefix}/images/{k}", []).append(v)
+    return algorithm_class(cfg.algo).data_mode == ON_POLICY
 
 
 class EnvWorker:
@@ -83,19 +57,21 @@ class EnvWorker:
     def __init__(
         self,
         cfg,
+        *,
         worker_id: int,
         weight_store=None,
         sink=None,
         seed: int = 0,
         num_envs: int | None = None,
         member=None,
-        fleet_spec: dict[str, Any] | None = None,
+        fleet_spec: EnvSpec | None = None,
         rollout=None,
         reward_name: str | None = None,
     ):
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
         self.cfg = cfg
         self.worker_id = worker_id
+        self.seed = int(seed)
         self.sink = sink
         self.weight_store = weight_store
         self.member_name = member.name if member is not None else "env"
@@ -107,14 +83,20 @@ class EnvWorker:
         if supervised:
             n = 1  # a person supervises one env
         self.envs = make_vector_env(env_cfg, n, seed)
-        self.own_spec = env_spec(self.envs)
-        self.spec: dict[str, Any] | None = None
+        self.own_spec = EnvSpec.of_env(self.envs)
+        self.spec: EnvSpec | None = None
         self.policy = None
         self.weights = None
         self.served = rollout_enabled(cfg)  # training actions come from the rollout server
         self.rollout_server = rollout
         self.rollout_dead = False
         self.version = -1  # the policy version of the latest actions
+        self.on_policy = on_policy(cfg)
+        # GRPO: envs in groups of group_size; the k-th episode of every env in a group
+        # resets from the same seed
+        self.group_size = int(cfg.algo.group_size) if cfg.algo.name == "grpo" else 0
+        if self.group_size and n % self.group_size:
+            raise ValueError(f"algo.group_size={self.group_size} does not divide this worker's {n} envs")
         self.reward = None  # the reward role's client: a learned success classifier
         if reward_name is not None:
             from rlinf_user.runtime.reward_server import RewardClient
@@ -124,18 +106,23 @@ class EnvWorker:
         self.reward_ends_episode = bool(rw is not None and rw.get("ends_episode", False))
         self.adapter = None
         self.rng = np.random.default_rng(seed)
-        self.obs = self.envs.reset(seed=seed)
-        self.pending: dict[str, list] = {}
+        num = self.envs.num_envs
+        self.episode_index = np.zeros(num, dtype=np.int64)  # episodes begun per env
+        self.env_step = np.zeros(num, dtype=np.int64)  # per-env step sequence number
+        self.obs = self.envs.reset(seeds=self._group_seeds()) if self.group_size else self.envs.reset(seed=seed)
+        self.chunks = ChunkQueue(num)
+        self.pending: list[dict[str, np.ndarray]] = []  # one entry of columns per step
+        self.pending_rows = 0
         self.inflight: deque = deque()  # (ref, chunk) sent, not yet acknowledged
         self.backlog: deque = deque()  # chunks waiting for a (live) sink
         self.sink_alive = True
         self.dropped_chunks = 0
         self.max_inflight = 4
         self.env_steps = 0
-        self.episode_return = np.zeros(self.envs.num_envs)
-        self.episode_len = np.zeros(self.envs.num_envs, dtype=np.int64)
-        self.episode_interventions = np.zeros(self.envs.num_envs, dtype=np.int64)
-        self.episode_classified = np.zeros(self.envs.num_envs, dtype=bool)
+        self.episode_return = np.zeros(num)
+        self.episode_len = np.zeros(num, dtype=np.int64)
+        self.episode_interventions = np.zeros(num, dtype=np.int64)
+        self.episode_classified = np.zeros(num, dtype=bool)
         self.supervisor = None
         if supervised:
             from rlinf_user.teleop.supervisor import Supervisor
@@ -145,12 +132,18 @@ class EnvWorker:
         if fleet_spec is not None or member is None:
             self.attach(fleet_spec or self.own_spec)
 
-    def attach(self, fleet_spec: dict[str, Any], sink=None) -> dict[str, Any]:
+    def _group_seeds(self, envs=None) -> list[int]:
+        """The reset seed of each env's current episode (GRPO groups)."""
+        idx = range(self.envs.num_envs) if envs is None else envs
+        return [group_seed(self.seed, self.worker_id, i // self.group_size, int(self.episode_index[i])) for i in idx]
+
+    def attach(self, fleet_spec: EnvSpec, sink=None) -> dict[str, Any]:
         """Build the policy for the learner's spec (unless a rollout server acts for this
         worker: then only for evaluation, when first needed) and the adapter to it; raises
         ``ValueError`` naming what does not fit."""
         from rlinf_user.runtime.fleet import Adapter
 
+        fleet_spec = fleet_spec if isinstance(fleet_spec, EnvSpec) else EnvSpec.from_dict(fleet_spec)
         self.adapter = Adapter(self.own_spec, fleet_spec, self.member_index)
         self.spec = fleet_spec
         if not self.served:
@@ -162,12 +155,11 @@ class EnvWorker:
     def _local_policy(self):
         """This worker's own copy of the policy, subscribed to the published weights."""
         if self.policy is None:
-            from rlinf_user.algorithms.sac import build_policy
             from rlinf_user.netem import LinkSpec
+            from rlinf_user.policies.base import build_policy
             from rlinf_user.runtime.weights import WeightSubscriber
 
-            spec = self.spec
-            self.policy = build_policy(self.cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"])
+            self.policy = build_policy(self.cfg.policy, self.spec)
             self.policy.eval()
             if self.weight_store is not None:
                 lag = self.cfg.placement.get("max_policy_lag")
@@ -189,134 +181,183 @@ class EnvWorker:
         node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         return {"member": self.member_name, "worker": self.worker_id, "node": node}
 
-    def _fleet_obs_one(self, obs: dict[str, Any]) -> dict[str, Any]:
-        batched = {"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}}
-        if "timestamps" in obs:
-            batched["timestamps"] = {k: np.asarray(v)[None] for k, v in obs["timestamps"].items()}
-        return index_obs(self.adapter.obs(batched), 0)
-
     def pid(self) -> int:
         import os
 
         return os.getpid()
 
-    def get_spec(self) -> dict[str, Any]:
+    def get_spec(self) -> EnvSpec:
         """This worker's own env spec (the learner's is the fleet's union of these)."""
         return self.own_spec
 
-    def _act(self, obs: dict[str, Any], random: bool) -> np.ndarray:
-        """Actions for every env (the full contract action); sets ``self.version``."""
+    # -- acting -------------------------------------------------------------------------------
+    def _query(self, obs: dict[str, Any], rows: np.ndarray) -> None:
+        """New action chunks for env ``rows`` from the policy (local or served)."""
+        sub = obs if len(rows) == self.envs.num_envs else index_obs(obs, rows)
+        if self.served:
+            actions, extras, version = self._served_act(sub)
+        else:
+            out = self.policy.act(obs_to_torch(sub))
+            actions = out.actions.float().numpy()
+            extras = {k: v.float().numpy() for k, v in out.extras.items()}
+            version = self.weights.version if self.weights is not None else -1
+        self.chunks.put(rows, actions, extras, int(version))
+
+    def _act(self, obs: dict[str, Any], random: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """This step's contract actions for every env and the on-policy extras; sets
+        ``self.version`` (the version that made them)."""
         if random:
-            a = self.rng.uniform(-1, 1, size=(self.envs.num_envs, self.spec["action_dim"]))
+            a = self.rng.uniform(-1, 1, size=(self.envs.num_envs, self.spec.action_dim)).astype(np.float32)
             if self.weights is not None:
                 self.version = self.weights.version
-        elif self.served:
-            a = self._served_act(obs)
-        else:
-            with torch.no_grad():
-                a = self.policy.act(obs_to_torch(obs)).numpy()
-            self.version = self.weights.version if self.weights is not None else -1
-        return expand_action(a.astype(np.float32), self.spec)
+            return self.spec.expand_action(a), {}
+        need = self.chunks.empty_rows()
+        if len(need):
+            self._query(obs, need)
+        a, extras, version = self.chunks.pop()
+        self.version = version
+        return self.spec.expand_action(a), extras
 
-    def _served_act(self, obs: dict[str, Any]) -> np.ndarray:
+    def _served_act(self, obs: dict[str, Any]) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
         import ray
 
         if self.rollout_server is None or self.rollout_dead:
             raise RolloutLost("no rollout server")
         try:
-            a, version = ray.get(self.rollout_server.act.remote({"state": obs["state"], "images": obs["images"]}))
+            actions, extras, version = ray.get(self.rollout_server.act.remote(obs))
         except ray.exceptions.RayActorError as err:
             self.rollout_dead = True
             log.error("the rollout server is gone (%s); waiting for a new one", type(err).__name__)
             raise RolloutLost(str(err)) from err
-        self.version = int(version)
-        return a
+        return actions, extras, int(version)
 
-    def rollout(self, num_steps: int, random: bool = False) -> dict[str, Any]:
-        """Step every env ``num_steps`` times; return finished-episode statistics."""
+    def rollout(self, num_steps: int, random: bool = False, min_version: int | None = None) -> dict[str, Any]:
+        """Step every env ``num_steps`` times; return finished-episode statistics.
+
+        ``min_version`` (synchronous on-policy learning): wait for that policy version
+        first, and return only once every transition has reached the learner."""
         if self.spec is None:
             raise RuntimeError("this fleet worker was not attached to the learner's spec yet")
-        if self.weights is not None and self.weights.version < 0:
-            self.weights.sync()
+        if self.weights is not None and (self.weights.version < 0 or min_version is not None):
+            self.weights.wait_for(max(0, min_version or 0))
+            if min_version is not None:
+                self.chunks.clear()  # actions of an older policy are not executed
         episodes: list[dict[str, Any]] = []
         t0 = time.perf_counter()
         steps = 0
         lost = False
+        num = self.envs.num_envs
+        env_ids = self.worker_id * 1000 + np.arange(num, dtype=np.int64)
         for _ in range(num_steps):
-            if self.weights is not None:
+            if self.weights is not None and min_version is None:
                 self.weights.poll()
             obs = self.adapter.obs(self.obs)
             try:
-                actions = self._act(obs, random)
+                actions, extras = self._act(obs, random)
             except RolloutLost:
                 lost = True
                 break
-            flags = np.zeros(self.envs.num_envs, dtype=bool)
+            flags = np.zeros(num, dtype=bool)
             if self.supervisor is not None:
                 d = self.supervisor.decide(index_obs(self.obs, 0), self.adapter.env_action(actions[0]))
                 if d is not None:
                     actions[0], flags[0] = d.action, d.intervention
-            next_obs, rewards, terms, truncs, infos = self.envs.step(self.adapter.env_action(actions))
+            groups = None
+            reset_seeds = None
+            if self.group_size:
+                groups = np.array([group_id(self.worker_id, i // self.group_size, int(self.episode_index[i])) for i in range(num)])
+                self.episode_index += 1  # the seeds an env resets with if its episode ends now
+                reset_seeds = self._group_seeds()
+                self.episode_index -= 1
+            next_obs, rewards, terms, truncs, infos = self.envs.step(self.adapter.env_action(actions), reset_seeds=reset_seeds)
             if self.reward is not None:  # the learned reward replaces the env's
                 rewards, classified = self.reward.score(self._own_next(next_obs, terms, truncs, infos))
                 self.episode_classified |= classified
                 if self.reward_ends_episode:
                     terms = self._end_classified(classified, next_obs, terms, truncs, infos)
+            done = np.asarray(terms, bool) | np.asarray(truncs, bool)
             fleet_next = self.adapter.obs(next_obs)
-            version = self.version
-            for i in range(self.envs.num_envs):
-                done = bool(terms[i] or truncs[i])
-                real_next = self._fleet_obs_one(infos[i]["final_obs"]) if done else index_obs(fleet_next, i)
-                flatten_obs("obs", index_obs(obs, i), self.pending)
-                flatten_obs("next_obs", real_next, self.pending)
-                for key, val in (
-                    ("action", actions[i]),
-                    ("reward", np.float32(rewards[i])),
-                    ("terminated", np.float32(terms[i])),
-                    ("truncated", np.float32(truncs[i])),
-                    ("policy_version", np.int64(version)),
-                    ("intervention", np.bool_(flags[i])),
-                    ("env_id", np.int64(self.worker_id * 1000 + i)),
-                ):
-                    self.pending.setdefault(key, []).append(val)
-                self.episode_return[i] += rewards[i]
-                self.episode_len[i] += 1
-                self.episode_interventions[i] += int(flags[i])
-                if done:
-                    episodes.append(
-                        {
-                            "member": self.member_name,
-                            "return": float(self.episode_return[i]),
-                            "length": int(self.episode_len[i]),
-                            "success": bool(infos[i].get("success", False)),
-                            "policy_version": version,
-                            "intervention_steps": int(self.episode_interventions[i]),
-                            **({"classified_success": bool(self.episode_classified[i])} if self.reward else {}),
-                        }
-                    )
-                    self.episode_classified[i] = False
-                    self.episode_return[i] = 0.0
-                    self.episode_len[i] = 0
-                    self.episode_interventions[i] = 0
-                    if i == 0 and self.supervisor is not None:
-                        self.supervisor.begin_episode()
+            stored_next = self._with_final_obs(fleet_next, done, infos)
+            cols = {**flat_obs(Col.OBS, obs), **flat_obs(Col.NEXT_OBS, stored_next)}
+            cols.update({
+                Col.ACTION: actions, Col.REWARD: np.asarray(rewards, np.float32),
+                Col.TERMINATED: np.asarray(terms, np.float32), Col.TRUNCATED: np.asarray(truncs, np.float32),
+                Col.POLICY_VERSION: np.full(num, self.version, np.int64), Col.INTERVENTION: flags,
+                Col.ENV_ID: env_ids, Col.STEP: self.env_step.copy(),
+            })  # fmt: skip
+            if self.on_policy:
+                cols.update({k: v for k, v in extras.items() if k in ON_POLICY_EXTRAS})
+                if groups is not None:
+                    cols[Col.GROUP] = groups
+            self.pending.append(cols)
+            self.pending_rows += num
+            self.env_step += 1
+            self.episode_return += rewards
+            self.episode_len += 1
+            self.episode_interventions += flags
+            for i in np.flatnonzero(done):
+                episodes.append(self._episode_done(int(i), infos[i]))
+            if done.any():
+                self.chunks.drop(np.flatnonzero(done))  # a chunk never crosses into the next episode
+                self.episode_index[done] += 1
             self.obs = next_obs
             steps += 1
-            self.env_steps += self.envs.num_envs
-            if len(self.pending["reward"]) >= self.cfg.buffer.chunk_steps:
+            self.env_steps += num
+            if self.pending_rows >= self.cfg.buffer.chunk_steps:
                 self._flush()
         self._flush()
+        if min_version is not None:
+            self._drain()
         return {
             "worker": self.worker_id,
             "member": self.member_name,
             "node": self.identity()["node"],
-            "steps": steps * self.envs.num_envs,
+            "steps": steps * num,
             "seconds": time.perf_counter() - t0,
             "episodes": episodes,
             "policy_version": self.version,
             "supervisor_lost": None if self.supervisor is None else self.supervisor.lost,
             "rollout_lost": lost,
         }
+
+    def _with_final_obs(self, fleet_next: dict[str, Any], done: np.ndarray, infos) -> dict[str, Any]:
+        """The observations each step reached: where an episode ended, its final one (the
+        batch holds the next episode's first)."""
+        if not done.any():
+            return fleet_next
+        out = {Col.STATE: fleet_next[Col.STATE].copy(), Col.IMAGES: {k: v.copy() for k, v in fleet_next[Col.IMAGES].items()}}
+        if Col.INSTRUCTION in fleet_next:
+            out[Col.INSTRUCTION] = np.array(fleet_next[Col.INSTRUCTION], copy=True)
+        for i in np.flatnonzero(done):
+            final = infos[i]["final_obs"]
+            one = {Col.STATE: final[Col.STATE][None], Col.IMAGES: {k: v[None] for k, v in final[Col.IMAGES].items()}}
+            if Col.INSTRUCTION in final:
+                one[Col.INSTRUCTION] = np.asarray([final[Col.INSTRUCTION]])
+            one = self.adapter.obs(one)
+            out[Col.STATE][i] = one[Col.STATE][0]
+            for k in out[Col.IMAGES]:
+                out[Col.IMAGES][k][i] = one[Col.IMAGES][k][0]
+            if Col.INSTRUCTION in out and Col.INSTRUCTION in one:
+                out[Col.INSTRUCTION][i] = one[Col.INSTRUCTION][0]
+        return out
+
+    def _episode_done(self, i: int, info: dict[str, Any]) -> dict[str, Any]:
+        ep = {
+            "member": self.member_name,
+            "return": float(self.episode_return[i]),
+            "length": int(self.episode_len[i]),
+            "success": bool(info.get("success", False)),
+            "policy_version": self.version,
+            "intervention_steps": int(self.episode_interventions[i]),
+            **({"classified_success": bool(self.episode_classified[i])} if self.reward else {}),
+        }
+        self.episode_classified[i] = False
+        self.episode_return[i] = 0.0
+        self.episode_len[i] = 0
+        self.episode_interventions[i] = 0
+        if i == 0 and self.supervisor is not None:
+            self.supervisor.begin_episode()
+        return ep
 
     def _end_classified(self, classified, next_obs, terms, truncs, infos) -> np.ndarray:
         """With ``reward.ends_episode``, a step the classifier calls a success ends its
@@ -352,9 +393,21 @@ class EnvWorker:
         learner crash loses nothing a worker produced (at-least-once: a chunk the dead
         learner had already logged may arrive twice)."""
         if self.pending:
-            self.backlog.append({k: np.stack(v) for k, v in self.pending.items()})
-            self.pending = {}
+            keys = self.pending[0].keys()
+            self.backlog.append({k: np.concatenate([np.asarray(p[k]) for p in self.pending]) for k in keys})
+            self.pending, self.pending_rows = [], 0
         self._send()
+
+    def _drain(self, timeout: float = 120.0) -> None:
+        """Wait until every chunk sent so far has reached the sink (synchronous on-policy
+        rounds: the learner must hold the whole rollout before it updates)."""
+        import ray
+
+        deadline = time.monotonic() + timeout
+        while (self.inflight or self.backlog) and self.sink_alive and time.monotonic() < deadline:
+            if self.inflight:
+                ray.wait([self.inflight[0][0]], timeout=1.0)
+            self._send()
 
     def _send(self) -> None:
         import ray
@@ -402,38 +455,27 @@ class EnvWorker:
         """Deterministic-policy episodes (on this worker's own envs) with the latest weights.
         With ``weights_above``: a success rate above it returns the evaluated weights too
         (``policy_state``), so the run can keep exactly the policy that scored it."""
+        from rlinf_user.evaluation import evaluate_policy
+
         policy = self._local_policy()
         if self.weights is not None:
             self.weights.sync()
-        results, frames = [], []
         if not hasattr(self.envs, "envs"):
             raise RuntimeError("evaluation needs a worker built with num_envs=1")
-        env = self.envs.envs[0]
-        for ep in range(num_episodes):
-            obs, _ = env.reset(seed=10_000 + ep)
-            ret, done, info = 0.0, False, {}
-            while not done:
-                if record_video and ep < 3:
-                    frames.append(env.render())
-                batch = self.adapter.obs({"state": obs["state"][None], "images": {k: v[None] for k, v in obs["images"].items()}})
-                with torch.no_grad():
-                    a = policy.act(obs_to_torch(batch), deterministic=True).numpy()[0]
-                obs, r, te, tr, info = env.step(self.adapter.env_action(expand_action(a, self.spec)))
-                ret += r
-                done = te or tr
-            results.append({"return": ret, "success": bool(info.get("success", False))})
+        result = evaluate_policy(self.envs.envs[0], policy, num_episodes, 3 if record_video else 0, adapter=self.adapter)
         self.obs = self.envs.reset()
+        self.chunks.clear()
         # the training episode in progress was cut short: its statistics start over
         self.episode_return[:], self.episode_len[:], self.episode_interventions[:] = 0, 0, 0
         self.episode_classified[:] = False
         if self.supervisor is not None:
             self.supervisor.begin_episode()
         out = {
-            "success_rate": float(np.mean([r["success"] for r in results])),
-            "mean_return": float(np.mean([r["return"] for r in results])),
-            "episodes": len(results),
+            "success_rate": result["success_rate"],
+            "mean_return": result["mean_return"],
+            "episodes": result["episodes"],
             "policy_version": self.weights.version if self.weights is not None else -1,
-            "frames": [f for f in frames if f is not None] if record_video else [],
+            "frames": result["frames"],
         }
         if weights_above is not None and out["success_rate"] > weights_above:
             out["policy_state"] = {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
+from rlinf_user.env.spec import Col, EnvSpec
+
 log = logging.getLogger(__name__)
 
 
@@ -81,44 +83,43 @@ def wants_member_id(cfg, ms: list[Member]) -> bool:
     return any(key(m.env) != first for m in ms[1:])
 
 
-def union_spec(specs: dict[int, dict[str, Any]], num_members: int, member_id: bool) -> dict[str, Any]:
+def union_spec(specs: dict[int, EnvSpec], num_members: int, member_id: bool) -> EnvSpec:
     """One learner-side spec covering every member's (``specs``: member index -> spec)."""
     if not specs:
         raise ValueError("no fleet member is available to describe the env")
     cameras: dict[str, tuple] = {}
     for i, s in specs.items():
-        for cam, hw in s["cameras"].items():
+        for cam, hw in s.cameras.items():
             if cam in cameras and tuple(cameras[cam]) != tuple(hw):
                 raise ValueError(f"camera {cam!r} is {tuple(hw)} on member {i} but {tuple(cameras[cam])} elsewhere")
             cameras[cam] = tuple(hw)
-    contract = {int(s["contract_action_dim"]) for s in specs.values()}
+    contract = {s.contract_action_dim for s in specs.values()}
     if len(contract) != 1:
         raise ValueError(f"members disagree on the contract action size: {sorted(contract)}")
-    env_state = max(int(s["state_dim"]) for s in specs.values())
-    active = sorted({d for s in specs.values() for d in s["active_dims"]})
+    env_state = max(s.state_dim for s in specs.values())
     extra = num_members if member_id else 0
-    return {
-        "state_dim": env_state + extra,
-        "env_state_dim": env_state,
-        "member_id_dims": extra,
-        "cameras": dict(sorted(cameras.items())),
-        "action_dim": len(active),
-        "active_dims": active,
-        "contract_action_dim": contract.pop(),
-    }
+    return EnvSpec(
+        state_dim=env_state + extra,
+        env_state_dim=env_state,
+        member_id_dims=extra,
+        cameras=cameras,
+        active_dims=tuple(sorted({d for s in specs.values() for d in s.active_dims})),
+        contract_action_dim=contract.pop(),
+        instruction=any(s.instruction for s in specs.values()),
+    )
 
 
-def misfit(own: dict[str, Any], fleet: dict[str, Any]) -> list[str]:
+def misfit(own: EnvSpec, fleet: EnvSpec) -> list[str]:
     """Why a member's env cannot join a run whose learner was built for ``fleet``."""
     problems = []
-    if own["state_dim"] > fleet.get("env_state_dim", fleet["state_dim"]):
-        problems.append(f"state has {own['state_dim']} values, the learner takes {fleet.get('env_state_dim')}")
-    for cam, hw in own["cameras"].items():
-        if tuple(fleet["cameras"].get(cam, ())) != tuple(hw):
-            problems.append(f"camera {cam!r} {tuple(hw)} is not among the learner's {fleet['cameras']}")
-    extra = sorted(set(own["active_dims"]) - set(fleet["active_dims"]))
+    if own.state_dim > fleet.env_state_dim:
+        problems.append(f"state has {own.state_dim} values, the learner takes {fleet.env_state_dim}")
+    for cam, hw in own.cameras.items():
+        if tuple(fleet.cameras.get(cam, ())) != tuple(hw):
+            problems.append(f"camera {cam!r} {tuple(hw)} is not among the learner's {dict(fleet.cameras)}")
+    extra = sorted(set(own.active_dims) - set(fleet.active_dims))
     if extra:
-        problems.append(f"action dims {extra} are not among the learner's {fleet['active_dims']}")
+        problems.append(f"action dims {extra} are not among the learner's {list(fleet.active_dims)}")
     return problems
 
 
@@ -126,8 +127,8 @@ def misfit(own: dict[str, Any], fleet: dict[str, Any]) -> list[str]:
 class Adapter:
     """A member's observations into the fleet's form, the fleet's actions into its own."""
 
-    own: dict[str, Any]
-    fleet: dict[str, Any]
+    own: EnvSpec
+    fleet: EnvSpec
     index: int
     _mask: np.ndarray = field(init=False)
 
@@ -135,15 +136,15 @@ class Adapter:
         problems = misfit(self.own, self.fleet)
         if problems:
             raise ValueError("this env does not fit this run's learner: " + "; ".join(problems))
-        self._mask = np.zeros(self.fleet["contract_action_dim"], np.float32)
-        self._mask[self.own["active_dims"]] = 1.0
+        self._mask = np.zeros(self.fleet.contract_action_dim, np.float32)
+        self._mask[list(self.own.active_dims)] = 1.0
 
     @property
     def identity(self) -> bool:
         return (
-            self.fleet["member_id_dims"] == 0
-            and self.own["state_dim"] == self.fleet["state_dim"]
-            and set(self.own["cameras"]) == set(self.fleet["cameras"])
+            self.fleet.member_id_dims == 0
+            and self.own.state_dim == self.fleet.state_dim
+            and set(self.own.cameras) == set(self.fleet.cameras)
         )
 
     def obs(self, obs: dict[str, Any]) -> dict[str, Any]:
@@ -152,17 +153,19 @@ class Adapter:
             return obs
         state = np.asarray(obs["state"], np.float32)
         b = state.shape[0]
-        out = np.zeros((b, self.fleet["state_dim"]), np.float32)
+        out = np.zeros((b, self.fleet.state_dim), np.float32)
         out[:, : state.shape[1]] = state
-        if self.fleet["member_id_dims"]:
-            out[:, self.fleet["env_state_dim"] + self.index] = 1.0
+        if self.fleet.member_id_dims:
+            out[:, self.fleet.env_state_dim + self.index] = 1.0
         images = {}
-        for cam, (h, w) in self.fleet["cameras"].items():
+        for cam, (h, w) in self.fleet.cameras.items():
             images[cam] = obs["images"][cam] if cam in obs["images"] else np.zeros((b, h, w, 3), np.uint8)
         adapted = {"state": out, "images": images}
         if "timestamps" in obs:
             stamps = obs["timestamps"]
             adapted["timestamps"] = {k: stamps[k] if k in stamps else np.zeros(b) for k in (*stamps, *images)}
+        if Col.INSTRUCTION in obs:
+            adapted[Col.INSTRUCTION] = obs[Col.INSTRUCTION]
         return adapted
 
     def env_action(self, contract_action: np.ndarray) -> np.ndarray:

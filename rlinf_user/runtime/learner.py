@@ -1,5 +1,13 @@
-"""Learner role: SAC-family updates at a bounded update-to-data ratio, versioned weight
-publication and atomic checkpoints."""
+"""Learner role: an algorithm from the registry fed by its data source, versioned
+weight publication and atomic checkpoints.
+
+The algorithm declares its data mode (:mod:`rlinf_user.algorithms.base`):
+
+* ``replay``: batches from the replay buffer (in this process when collocated, the replay
+  actor otherwise) at a bounded update-to-data ratio, demonstrations mixed in;
+* ``on_policy``: ordered segments from the env workers (:mod:`rlinf_user.data.segments`);
+  one policy iteration per ``train`` call once a rollout's worth of rows is here.
+"""
 
 from __future__ import annotations
 
@@ -13,48 +21,48 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_user.algorithms.sac import SAC
+from rlinf_user.algorithms.base import ON_POLICY, build_algorithm
+from rlinf_user.env.spec import Col, EnvSpec, columns_to_torch
 
 log = logging.getLogger(__name__)
 
 
-def resolve_device(name: str) -> str:
+def resolve_device(name: str, role: str = "learner") -> torch.device:
+    """``auto``: CUDA where present; ``cuda`` without a device is an error naming the role."""
     if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if str(name).startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"the {role} device is {name} but this node has no CUDA device")
+    return torch.device(name)
 
 
-def unflatten_batch(flat: dict[str, np.ndarray], device, active_dims=None) -> dict[str, Any]:
-    """Flat ``obs/state``-style keys -> the nested dict the algorithm takes, as tensors.
-    ``active_dims`` selects the action columns the policy acts on."""
-    if active_dims is not None and len(active_dims) != flat["action"].shape[-1]:
-        flat = {**flat, "action": flat["action"][..., active_dims]}
-    out: dict[str, Any] = {"obs": {"images": {}}, "next_obs": {"images": {}}}
-    for key, arr in flat.items():
-        t = torch.as_tensor(arr, device=device)
-        parts = key.split("/")
-        if parts[0] in ("obs", "next_obs"):
-            if parts[1] == "state":
-                out[parts[0]]["state"] = t
-            else:
-                out[parts[0]]["images"][parts[2]] = t
-        else:
-            out[key] = t.float() if t.dtype in (torch.float64, torch.bool) else t
-    return out
+def as_spec(spec) -> EnvSpec:
+    return spec if isinstance(spec, EnvSpec) else EnvSpec.from_dict(spec)
+
+
+def replay_batch(flat: dict[str, np.ndarray], spec: EnvSpec, device) -> dict[str, Any]:
+    """Replay columns -> the nested tensors an algorithm takes, actions over the active dims."""
+    if Col.ACTION in flat:
+        flat = {**flat, Col.ACTION: spec.policy_action(flat[Col.ACTION])}
+    return columns_to_torch(flat, device)
 
 
 class Learner:
     def __init__(
-        self, cfg, spec: dict[str, Any], run_dir: str, weight_store=None, replay=None, recovering: bool = False
+        self, cfg, spec, run_dir: str, weight_store=None, replay=None, recovering: bool = False
     ):
         torch.manual_seed(cfg.seed)
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
         self.cfg = cfg
+        self.spec = as_spec(spec)
         self.device = resolve_device(cfg.placement.learner_device)
-        self.agent = SAC(cfg.algo, cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"], self.device)
-        self.active_dims = spec.get("active_dims")
-        self.spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.items()}
-        self.spec["cameras"] = {k: list(v) for k, v in spec["cameras"].items()}
+        self.algo = build_algorithm(cfg.algo, cfg.policy, self.spec, self.device)
+        self.on_policy = self.algo.data_mode == ON_POLICY
+        algo = cfg.algo
+        self.batch_size = int(algo.get("batch_size", 256))
+        self.demo_ratio = 1.0 if algo.name == "bc" else float(algo.get("demo_ratio", 0.0))
+        self.utd_ratio = float(algo.get("utd_ratio", algo.get("updates_per_step", 1.0)))
+        self.learning_starts = int(algo.get("learning_starts", 0))
         self.run_dir = Path(run_dir)
         self.weight_store = weight_store
         self.version = -1
@@ -62,7 +70,14 @@ class Learner:
         self.lock = threading.RLock()  # publish() runs inside train() and on its own
         self.local_replay = None
         self.remote_replay = None
-        if replay is None:  # collocated: the buffer lives in this process
+        self.segments = None
+        self.on_policy_stats = {"updates": 0, "rows_trained": 0, "max_policy_lag": 0}
+        if self.on_policy:
+            from rlinf_user.data.segments import OnPolicyStore
+
+            group = int(algo.group_size) if algo.name == "grpo" else None
+            self.segments = OnPolicyStore(algo.gamma, algo.gae_lambda, group, algo.reward_scale)
+        elif replay is None:  # collocated: the buffer lives in this process
             from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos, reward_settings
 
             self.local_replay = ReplayService(
@@ -70,7 +85,7 @@ class Learner:
                 str(self.run_dir / "buffer") if cfg.buffer.persist else None,
                 cfg.demos,
                 seed=cfg.seed,
-                cameras=list(spec["cameras"]),
+                cameras=list(self.spec.cameras),
                 interventions_as_demos=interventions_as_demos(cfg),
                 keep_full_log=bool(cfg.buffer.get("keep_full_log", False)),
                 segment_mb=float(cfg.buffer.get("segment_mb", 256.0)),
@@ -82,29 +97,29 @@ class Learner:
         self._publisher = None
         self.update_time = 0.0
         self.bc_warmup_loss: float | None = None
-        warm = int(getattr(cfg.algo, "bc_warmup_updates", 0) or 0) > 0
+        warm = int(algo.get("bc_warmup_updates", 0) or 0) > 0
         if cfg.demos and warm and not cfg.resume and not recovering:
-            self.bc_warmup(int(cfg.algo.bc_warmup_updates))
+            self.bc_warmup(int(algo.bc_warmup_updates))
 
     def bc_warmup(self, updates: int) -> float:
-        """Behaviour-clone the actor on the demonstrations before any RL update, so the
+        """Behaviour-clone the policy on the demonstrations before any RL update, so the
         first published policy already does what the demonstrator did."""
         from rlinf_user.algorithms.bc import BC
 
-        bc = BC(self.agent.policy, lr=self.cfg.algo.actor_lr)
+        bc = BC.for_policy(self.algo.policy, lr=float(self.cfg.algo.get("actor_lr", 1e-3)))
         loss = float("nan")
         for _ in range(updates):
             if self.local_replay is not None:
-                flat = self.local_replay.sample_demos(self.cfg.algo.batch_size)
+                flat = self.local_replay.sample_demos(self.batch_size)
             else:
                 import ray
 
-                flat = ray.get(self.remote_replay.sample_demos.remote(self.cfg.algo.batch_size))
+                flat = ray.get(self.remote_replay.sample_demos.remote(self.batch_size))
             if flat is None:
                 log.warning("bc_warmup_updates set but no demonstrations were loaded")
                 return loss
-            batch = unflatten_batch(flat, self.agent.device, self.active_dims)
-            loss = bc.update(batch["obs"], batch["action"])
+            batch = replay_batch(flat, self.spec, self.device)
+            loss = bc.step(batch[Col.OBS], batch[Col.ACTION])
         log.info("BC warm start: %d updates on the demonstrations, final loss %.4f", updates, loss)
         self.bc_warmup_loss = loss
         return loss
@@ -127,9 +142,18 @@ class Learner:
 
     # -- replay (collocated mode receives chunks here) --------------------------------
     def add(self, chunk: dict[str, np.ndarray]) -> int:
+        if self.segments is not None:
+            try:
+                return self.segments.add(chunk)
+            except ValueError as err:
+                log.error("rejected an on-policy chunk (nothing stored): %s", err)
+                return 0
         return self.local_replay.add(chunk)
 
     def replay_stats(self) -> dict[str, Any]:
+        if self.segments is not None:
+            return {"on_policy_rows_waiting": self.segments.rows(), "dropped_stale": self.segments.dropped_stale,
+                    **self.on_policy_stats}  # fmt: skip
         if self.local_replay is not None:
             return self.local_replay.stats()
         import ray
@@ -137,7 +161,17 @@ class Learner:
         return ray.get(self.remote_replay.stats.remote())
 
     def _sample(self, num_batches: int) -> dict[str, np.ndarray]:
-        bs, ratio = self.cfg.algo.batch_size, self.cfg.algo.demo_ratio
+        bs, ratio = self.batch_size, self.demo_ratio
+        if ratio >= 1.0:  # demonstrations only (algo=bc)
+            if self.local_replay is not None:
+                draws = [self.local_replay.sample_demos(bs) for _ in range(num_batches)]
+            else:
+                import ray
+
+                draws = ray.get([self.remote_replay.sample_demos.remote(bs) for _ in range(num_batches)])
+            if draws[0] is None:
+                raise RuntimeError("algo=bc trains on demonstrations: give demos=<dataset>")
+            return {k: np.stack([d[k] for d in draws]) for k in draws[0]}
         if self.local_replay is not None:
             return self.local_replay.sample(bs, num_batches, ratio)
         import ray
@@ -166,34 +200,58 @@ class Learner:
                     transport=str(pl.get("weight_transport", "tcp")), port=int(pl.get("weight_port", 0)),
                 )  # fmt: skip
             self.version += 1
-            self._publisher.publish(self.agent.policy, self.version)
+            self._publisher.publish(self.algo.policy, self.version)
             return self.version
 
     # -- training -------------------------------------------------------------------------
-    def train(self, max_updates: int, env_steps: int) -> dict[str, Any]:
-        """Run up to ``max_updates`` updates without exceeding the UTD budget for
-        ``env_steps`` collected so far. Returns metrics (updates done may be 0)."""
-        algo = self.cfg.algo
+    def train(self, max_updates: int, env_steps: int, min_rows: int = 1) -> dict[str, Any]:
+        """Replay: up to ``max_updates`` updates without exceeding the UTD budget for
+        ``env_steps`` collected so far. On-policy: one policy iteration once ``min_rows``
+        rows are here, then a new version. Returns metrics (updates done may be 0)."""
         self.env_steps_seen = max(self.env_steps_seen, env_steps)
-        budget = int(algo.utd_ratio * (self.env_steps_seen - algo.learning_starts)) - self.agent.num_updates
+        if self.on_policy:
+            return self._train_on_policy(min_rows)
+        budget = int(self.utd_ratio * (self.env_steps_seen - self.learning_starts)) - self.algo.num_updates
         n = max(0, min(max_updates, budget))
-        if n == 0 or self._buffer_size() < algo.batch_size:
+        if n == 0 or (self.demo_ratio < 1.0 and self._buffer_size() < self.batch_size):
             time.sleep(0.02)
-            return {"updates": 0, "num_updates": self.agent.num_updates, "version": self.version}
+            return {"updates": 0, "num_updates": self.algo.num_updates, "version": self.version}
         t0 = time.perf_counter()
         flat = self._sample(n)
         metrics: dict[str, float] = {}
         with self.lock:
             for i in range(n):
-                batch = unflatten_batch({k: v[i] for k, v in flat.items()}, self.device, self.active_dims)
-                m = self.agent.update(batch)
-                for k, v in m.items():
-                    metrics[k] = v
-                if self.agent.num_updates % self.cfg.publish_every_updates == 0:
+                batch = replay_batch({k: v[i] for k, v in flat.items()}, self.spec, self.device)
+                metrics.update(self.algo.update(batch))
+                self.algo.check_finite(metrics)
+                if self.algo.num_updates % self.cfg.publish_every_updates == 0:
                     self.publish()
         dt = time.perf_counter() - t0
         self.update_time += dt
-        return {"updates": n, "seconds": dt, "num_updates": self.agent.num_updates, "version": self.version, **metrics}
+        return {"updates": n, "seconds": dt, "num_updates": self.algo.num_updates, "version": self.version, **metrics}
+
+    def _train_on_policy(self, min_rows: int) -> dict[str, Any]:
+        if self.segments.rows() < max(1, min_rows):
+            time.sleep(0.02)
+            return {"updates": 0, "num_updates": self.algo.num_updates, "version": self.version}
+        t0 = time.perf_counter()
+        lag = self.cfg.placement.get("max_policy_lag")
+        with self.lock:
+            batch = self.segments.take(self.algo.values, self.version, None if lag is None else int(lag))
+            if batch is None:
+                return {"updates": 0, "num_updates": self.algo.num_updates, "version": self.version}
+            lags = self.version - batch[Col.POLICY_VERSION]
+            st = self.on_policy_stats
+            st["updates"] += 1
+            st["rows_trained"] += len(lags)
+            st["max_policy_lag"] = max(st["max_policy_lag"], int(lags.max()))
+            metrics = self.algo.update(batch)
+            self.algo.check_finite(metrics)
+            self.publish()
+        dt = time.perf_counter() - t0
+        self.update_time += dt
+        return {"updates": 1, "seconds": dt, "num_updates": self.algo.num_updates, "version": self.version,
+                "policy_lag_mean": float(lags.mean()), "advantage_mean": float(batch["advantage"].mean()), **metrics}  # fmt: skip
 
     # -- checkpoints ------------------------------------------------------------------------
     def save_checkpoint(self, env_steps: int, extra: dict[str, Any] | None = None) -> str:
@@ -201,10 +259,11 @@ class Learner:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         with self.lock:
             state = {
-                "agent": self.agent.checkpoint_state(),
+                "agent": self.algo.checkpoint_state(),
+                "algo": str(self.cfg.algo.name),
                 "version": self.version,
                 "env_steps": env_steps,
-                "spec": self.spec,  # what the policy takes and gives (a fleet's union)
+                "spec": self.spec.to_dict(),  # what the policy takes and gives (a fleet's union)
                 "rng": torch.get_rng_state(),
                 **(extra or {}),
             }
@@ -225,14 +284,14 @@ class Learner:
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         state = torch.load(path, map_location=self.device, weights_only=True)
-        self.agent.load_checkpoint_state(state["agent"])
+        trained = str(state.get("algo", "sac"))
+        if trained != str(self.cfg.algo.name) and {trained, str(self.cfg.algo.name)} - {"sac", "rlpd", "crossq"}:
+            raise ValueError(f"{path} was trained by algo={trained}; this run is algo={self.cfg.algo.name}")
+        self.algo.load_checkpoint_state(state["agent"])
         self.version = int(state["version"])
         self.env_steps_seen = int(state["env_steps"])
         torch.set_rng_state(state["rng"])
-        return {"env_steps": self.env_steps_seen, "version": self.version, "num_updates": self.agent.num_updates}
-
-    def num_updates(self) -> int:
-        return self.agent.num_updates
+        return {"env_steps": self.env_steps_seen, "version": self.version, "num_updates": self.algo.num_updates}
 
     def close(self) -> None:
         if self.local_replay is not None:

@@ -25,45 +25,31 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlinf_user.env.spec import batch_size, concat_obs, obs_to_torch
+from rlinf_user.runtime.learner import as_spec, resolve_device
+
 log = logging.getLogger(__name__)
 
 
-def rollout_device(setting: str) -> torch.device:
-    if setting == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if setting == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("placement.rollout.device=cuda but this node has no CUDA device")
-    return torch.device(setting)
-
-
 def batch_rows(obs: dict[str, Any]) -> int:
-    return int(np.asarray(obs["state"]).shape[0])
-
-
-def concat_obs(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    if len(parts) == 1:
-        return parts[0]
-    return {
-        "state": np.concatenate([p["state"] for p in parts]),
-        "images": {k: np.concatenate([p["images"][k] for p in parts]) for k in parts[0]["images"]},
-    }
+    return batch_size(obs)
 
 
 class RolloutServer:
     def __init__(self, cfg, spec: dict[str, Any], weight_store=None):
-        from rlinf_user.algorithms.sac import build_policy
         from rlinf_user.netem import LinkSpec
+        from rlinf_user.policies.base import build_policy
         from rlinf_user.runtime.weights import WeightSubscriber
 
         rcfg = cfg.placement.rollout
         # requests arrive as read-only arrays (Ray's zero-copy reads); the policy only reads them
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
-        self.device = rollout_device(str(rcfg.get("device", "auto")))
+        self.device = resolve_device(str(rcfg.get("device", "auto")), "rollout")
         self.max_batch = int(rcfg.get("max_batch", 256))
         self.max_wait_s = float(rcfg.get("max_wait_ms", 0.0)) / 1000.0
-        self.spec = spec
-        self.policy = build_policy(cfg.policy, spec["state_dim"], spec["cameras"], spec["action_dim"])
+        self.spec = spec = as_spec(spec)
+        self.policy = build_policy(cfg.policy, spec).to(self.device)
         self.policy.eval()
         self.weights = None
         if weight_store is not None:
@@ -85,16 +71,17 @@ class RolloutServer:
         self.forward_s = 0.0
 
     # -- serving ----------------------------------------------------------------------------
-    async def act(self, obs: dict[str, Any], deterministic: bool = False) -> tuple[np.ndarray, int]:
-        """Actions (policy output over the spec's active dims, float32) for a batch of
-        observations already adapted to the run's spec, and the version that made them."""
+    async def act(self, obs: dict[str, Any], deterministic: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
+        """Action chunks ``(B, H, A)`` (over the spec's active dims, float32) for a batch of
+        observations already adapted to the run's spec, the policy's extras (log-prob,
+        value ...) per row, and the version that made them."""
         n = batch_rows(obs)
-        for k in self.spec["cameras"]:
+        for k in self.spec.cameras:
             if k not in obs["images"] or np.asarray(obs["images"][k]).shape[0] != n:
                 raise ValueError(f"rollout: camera {k!r} is missing or has a different batch size than state ({n})")
-        if np.asarray(obs["state"]).shape[1:] != (self.spec["state_dim"],):
+        if np.asarray(obs["state"]).shape[1:] != (self.spec.state_dim,):
             raise ValueError(
-                f"rollout: state of shape {np.asarray(obs['state']).shape} for state_dim {self.spec['state_dim']}"
+                f"rollout: state of shape {np.asarray(obs['state']).shape} for state_dim {self.spec.state_dim}"
             )
         loop = asyncio.get_running_loop()
         if self._task is None:
@@ -125,7 +112,7 @@ class RolloutServer:
                 self._queue = rest
                 try:
                     joined = concat_obs([o for o, _, _ in take])
-                    actions, version = await loop.run_in_executor(self._exec, self._forward, joined, mode)
+                    actions, extras, version = await loop.run_in_executor(self._exec, self._forward, joined, mode)
                 except Exception as err:  # noqa: BLE001 - the callers get it, the server serves on
                     for _, _, fut in take:
                         if not fut.done():
@@ -135,31 +122,28 @@ class RolloutServer:
                 for o, _, fut in take:
                     n = batch_rows(o)
                     if not fut.done():
-                        fut.set_result((actions[start : start + n], version))
+                        fut.set_result((actions[start : start + n], {k: v[start : start + n] for k, v in extras.items()}, version))
                     start += n
                 self.requests += len(take)
                 self.rows += rows
                 self.batches += 1
                 self.max_rows = max(self.max_rows, rows)
 
-    def _forward(self, obs: dict[str, Any], deterministic: bool) -> tuple[np.ndarray, int]:
+    def _forward(self, obs: dict[str, Any], deterministic: bool) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
         if self.weights is not None:
             if self.weights.version < 0:
                 self.weights.sync()
             else:
                 self.weights.poll()
         t0 = time.perf_counter()
-        batch = {
-            "state": torch.as_tensor(obs["state"], device=self.device),
-            "images": {k: torch.as_tensor(v, device=self.device) for k, v in obs["images"].items()},
-        }
         with torch.no_grad():
-            a = self.policy.act(batch, deterministic=deterministic)
-        out = a.float().cpu().numpy()
+            result = self.policy.act(obs_to_torch(obs, self.device), deterministic=deterministic)
+        out = result.actions.float().cpu().numpy()
+        extras = {k: v.float().cpu().numpy() for k, v in result.extras.items()}
         self.forward_s += time.perf_counter() - t0
         if not np.isfinite(out).all():
             raise FloatingPointError("rollout: the policy produced non-finite actions")
-        return out, self.weights.version if self.weights is not None else -1
+        return out, extras, self.weights.version if self.weights is not None else -1
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

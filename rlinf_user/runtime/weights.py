@@ -380,8 +380,17 @@ class WeightSubscriber:
                     t.copy_(src)
         self._done(version, t_pub, t_fetched)
 
-    def lag(self) -> int:
-        return max(0, self.latest_seen - self.version)
+    def wait_for(self, version: int, timeout: float = 120.0) -> None:
+        """Block until ``version`` (or a newer one) is applied: a synchronous on-policy
+        round starts only from the policy the last update published."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.sync(timeout)
+            if self.version >= version:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"policy version {version} was not published within {timeout:.0f} s (have {self.version})")
+            time.sleep(0.01)
 
     def sync(self, timeout: float = 60.0) -> None:
         """Block until the newest published version is applied (start-up, evaluation)."""

@@ -16,7 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlinf_user.env.spec import EnvSpec
 from rlinf_user.runtime.fleet import Member, union_spec, wants_member_id
+from rlinf_user.runtime.run_record import root_cause
+from rlinf_user.runtime.seeds import worker_seed
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +31,6 @@ START_TIMEOUT_S = 300.0  # a worker that cannot be placed (no free resources) by
 
 class PoolError(RuntimeError):
     pass
-
-
-def _last_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else repr(err)
 
 
 @dataclass
@@ -70,7 +68,7 @@ class WorkerPool:
         for m in members:
             for _ in range(m.workers):
                 self.slots.append(Slot(len(self.slots), m))
-        self.spec: dict[str, Any] | None = None
+        self.spec: EnvSpec | None = None
         self.sink = None
         self.rollout = None  # the rollout server, when one acts for the workers
         self.reward_name: str | None = None  # the reward server's name, when the run has one
@@ -88,10 +86,10 @@ class WorkerPool:
         return opts
 
     def _spawn(self, slot: Slot) -> None:
-        seed = self.cfg.seed + 7919 * (slot.index + 1) + 104_729 * slot.generation
         slot.actor = self.actor_cls.options(**self._options(slot.member)).remote(
-            self.cfg, slot.index, self.weight_store, self.sink, seed, None, slot.member, self.spec, self.rollout,
-            self.reward_name,
+            self.cfg, worker_id=slot.index, weight_store=self.weight_store, sink=self.sink,
+            seed=worker_seed(self.cfg.seed, slot.index, slot.generation), member=slot.member, fleet_spec=self.spec,
+            rollout=self.rollout, reward_name=self.reward_name,
         )  # fmt: skip
         slot.status = "running"
 
@@ -118,7 +116,7 @@ class WorkerPool:
             else:
                 log.warning("fleet member %s: no node offers %s yet; it joins when one does", s.member.name, s.member.resources)
         running = [s for s in self.slots if s.status == "running"]
-        specs: dict[int, dict] = {}
+        specs: dict[int, EnvSpec] = {}
         for s in running:
             if s.member.index not in specs:
                 try:
@@ -132,7 +130,7 @@ class WorkerPool:
                     env = s.member.env
                     raise PoolError(
                         f"fleet member {s.member.name}: the environment {env.backend}:{env.task} could not start: "
-                        f"{_last_line(err)} (`rlinf-user doctor` lists what is missing)"
+                        f"{root_cause(err)} (`rlinf-user doctor` lists what is missing)"
                     ) from err
         self.spec = union_spec(specs, len(self.members), wants_member_id(self.cfg, self.members))
         for s in running:
@@ -177,16 +175,16 @@ class WorkerPool:
         slot.restarts += 1
         if "does not fit this run's learner" in str(err):
             slot.status = "retired"
-            log.error("fleet member %s cannot join: %s", slot.member.name, _last_line(err))
+            log.error("fleet member %s cannot join: %s", slot.member.name, root_cause(err))
         elif slot.restarts > MAX_RESTARTS:
             slot.status = "retired"
             log.error("fleet member %s (worker %d) failed %d times: retired (%s)", slot.member.name, slot.index,
-                      slot.restarts, _last_line(err))  # fmt: skip
+                      slot.restarts, root_cause(err))  # fmt: skip
         if slot.status == "retired":
             if not any(s.status in ("running", "waiting") for s in self.slots):
-                raise PoolError(f"every env worker failed or was retired (last: {_last_line(err)})")
+                raise PoolError(f"every env worker failed or was retired (last: {root_cause(err)})")
             return False
-        log.error("fleet member %s (worker %d) failed (%s); restarting it", slot.member.name, slot.index, _last_line(err))
+        log.error("fleet member %s (worker %d) failed (%s); restarting it", slot.member.name, slot.index, root_cause(err))
         self._spawn(slot)
         return True
 

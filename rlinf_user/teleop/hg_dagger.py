@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlinf_user.env.spec import obs_to_torch, stack_obs
 from rlinf_user.robots.teleop.command import DeviceDisconnected
 from rlinf_user.teleop.gate import InterventionGate
 from rlinf_user.teleop.record import Pacer, frame_values
@@ -82,13 +83,9 @@ class HGDaggerSession:
         self.cameras = list(env.observation_space["images"].spaces)
 
     def policy_action(self, obs: dict) -> np.ndarray:
-        state = torch.as_tensor(obs["state"][None])
-        images = {k: torch.as_tensor(v[None]) for k, v in obs["images"].items()}
         with torch.no_grad():
-            a = self.policy.act({"state": state, "images": images}, deterministic=True).numpy()[0]
-        full = np.zeros(self.spec["contract_action_dim"], np.float32)
-        full[self.spec["active_dims"]] = a
-        return full
+            out = self.policy.act(obs_to_torch(stack_obs([obs])), deterministic=True)
+        return self.spec.expand_action(out.actions[0, 0].float().numpy())
 
     def episode(self, round_: int, index: int, kind: str, seed: int | None) -> EpisodeLog:
         obs, _ = self.env.reset(seed=seed)

@@ -65,7 +65,7 @@ def test_roles_follow_node_groups_and_robots_leave_and_rejoin(tmp_path):
             return trainer.progress.members.get(name, {}).get("env_steps", 0)
 
         wait_for(lambda: steps("boxes") >= 300 and steps("pick") >= 300, 300, "both members stepping", thread)
-        assert trainer.spec["member_id_dims"] == 2  # different tasks: the policy is told which
+        assert trainer.spec.member_id_dims == 2  # different tasks: the policy is told which
         cluster.remove_node(pc_b)  # robot PC b goes away mid-run
         wait_for(lambda: trainer.pool.status()["boxes"]["waiting"] == 1, 120, "member boxes marked waiting", thread)
         pick_then, boxes_then = steps("pick"), steps("boxes")

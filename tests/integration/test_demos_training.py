@@ -10,9 +10,9 @@ from rlinf_user.config.compose import compose_config
 from rlinf_user.data import lerobot_format as fmt
 from rlinf_user.data.lerobot_reader import LeRobotReader
 from rlinf_user.data.lerobot_writer import LeRobotWriter
+from rlinf_user.env.spec import EnvSpec
 from rlinf_user.robots.teleop.device import QueueSource
 from rlinf_user.robots.teleop.spacemouse import SpaceMouse
-from rlinf_user.runtime.env_worker import env_spec
 from rlinf_user.runtime.learner import Learner
 from rlinf_user.sims.gym_hil import GymHilEnv
 from rlinf_user.teleop.record import Recorder
@@ -26,7 +26,7 @@ def demos(tmp_path_factory):
     dev = SpaceMouse(QueueSource())
     w = LeRobotWriter(root, 10, fmt.contract_features(env.observation_space["state"].shape[0], {}, 10))
     Recorder(env, dev, w, "pick", rate_hz=0, before_step=SyntheticHuman(SpaceMouseHand(dev), PickCubeExpert())).run(4, seed=0)
-    spec = env_spec(env)
+    spec = EnvSpec.of_env(env)
     env.close()
     return root, spec
 
@@ -34,8 +34,8 @@ def demos(tmp_path_factory):
 def demo_error(learner: Learner, root) -> float:
     s, a = LeRobotReader(root).state_action_arrays()
     with torch.no_grad():
-        out = learner.agent.policy.act({"state": torch.as_tensor(s), "images": {}}, deterministic=True).numpy()
-    return float(np.mean((out - a[:, learner.active_dims]) ** 2))
+        out = learner.algo.policy.act({"state": torch.as_tensor(s), "images": {}}, deterministic=True).actions[:, 0].numpy()
+    return float(np.mean((out - learner.spec.policy_action(a)) ** 2))
 
 
 def test_bc_warm_start_clones_the_demonstrations_into_the_actor(demos, tmp_path):
@@ -47,4 +47,4 @@ def test_bc_warm_start_clones_the_demonstrations_into_the_actor(demos, tmp_path)
     before, after = demo_error(cold, root), demo_error(warm, root)
     assert after < 0.1 < before, (before, after)
     batch = warm.local_replay.sample_demos(64)
-    assert batch["obs/state"].shape == (64, spec["state_dim"]) and batch["intervention"].all()
+    assert batch["obs/state"].shape == (64, spec.state_dim) and batch["intervention"].all()

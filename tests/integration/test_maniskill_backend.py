@@ -131,3 +131,36 @@ def test_vector_env_on_gpu() -> None:
                 validate_observation(infos[i]["final_obs"], venv.observation_space)
     finally:
         venv.close()
+
+
+def test_the_gpu_parallel_path_gets_the_runs_reward_shaping_and_can_end_an_episode(monkeypatch) -> None:
+    """make_vector_env wraps ManiSkill's batched env like any other (the success bonus was
+    once dropped on CUDA), and that env ends one episode on request. On this CPU the
+    batched class runs one env; the backend hands it out as if CUDA were present."""
+    from rlinf_user.config.compose import compose_config
+    from rlinf_user.env.registry import make_vector_env
+    from rlinf_user.env.shaping import ShapedVectorEnv
+    from rlinf_user.sims.maniskill import ManiSkillEnv
+
+    built = []
+
+    def cuda_like(cls, cfg, num_envs, seed):
+        built.append(ManiSkillVectorEnv.from_config(cfg, num_envs=1, seed=seed))
+        return built[-1]
+
+    monkeypatch.setattr(ManiSkillEnv, "make_vector", classmethod(cuda_like))
+    cfg = compose_config(["env.success_bonus=5.0", "env.max_episode_steps=6"], sim="maniskill").env
+    venv = make_vector_env(cfg, 2, seed=0)
+    try:
+        assert isinstance(venv, ShapedVectorEnv) and venv.venv is built[0] and venv.bonus == 5.0
+        venv.reset(seed=3)
+        for _ in range(3):
+            obs, *_ = venv.step(np.zeros((1, 7), np.float32))
+        assert obs["timestamps"]["state"][0] == pytest.approx(3 * built[0]._dt)
+        first = venv.end_episode(0)  # e.g. a learned reward said success
+        validate_observation(first, venv.observation_space)
+        assert first["timestamps"]["state"] == 0.0
+        obs, *_ = venv.step(np.zeros((1, 7), np.float32))
+        assert obs["timestamps"]["state"][0] == pytest.approx(built[0]._dt)  # the new episode's first step
+    finally:
+        venv.close()

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf_user.algorithms.sac import build_policy
 from rlinf_user.config.compose import compose_config, validate
+from rlinf_user.env.spec import EnvSpec
+from rlinf_user.policies.base import build_policy
 from rlinf_user.runtime.weights import WeightPublisher, WeightStore
 
-SPEC = {"state_dim": 6, "cameras": {}, "action_dim": 3, "active_dims": [0, 1, 2], "contract_action_dim": 7}
+SPEC = EnvSpec(state_dim=6, active_dims=(0, 1, 2))
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def test_server_answers_batched_requests_with_the_published_weights(ray_runtime)
 
     cfg = server_cfg()
     store = ray.remote(WeightStore).remote()
-    learner = build_policy(cfg.policy, SPEC["state_dim"], {}, SPEC["action_dim"])
+    learner = build_policy(cfg.policy, SPEC)
     pub = WeightPublisher(store)
     pub.publish(learner, 0)
     server = ray.remote(RolloutServer).remote(cfg, SPEC, store)
@@ -44,11 +45,12 @@ def test_server_answers_batched_requests_with_the_published_weights(ray_runtime)
 
     def local(o):
         with torch.no_grad():
-            return learner.act({"state": torch.as_tensor(o["state"]), "images": {}}, deterministic=True).numpy()
+            return learner.act({"state": torch.as_tensor(o["state"]), "images": {}}, deterministic=True).actions.numpy()
 
     answers = ray.get([server.act.remote(o, True) for o in obs])  # 16 callers at once
-    for o, (a, version) in zip(obs, answers, strict=True):
-        assert version == 0 and a.shape == (2, 3) and a.dtype == np.float32
+    for o, (a, extras, version) in zip(obs, answers, strict=True):
+        assert version == 0 and a.shape == (2, 1, 3) and a.dtype == np.float32  # chunks of one step
+        assert extras == {}  # a deterministic Gaussian policy has no sampling extras
         np.testing.assert_allclose(a, local(o), atol=1e-6)  # each caller gets its own rows back
     stats = ray.get(server.stats.remote())
     assert stats["requests"] == 16 and stats["rows"] == 32
@@ -59,7 +61,7 @@ def test_server_answers_batched_requests_with_the_published_weights(ray_runtime)
             p.add_(0.05)
     pub.publish(learner, 1)
     for _ in range(200):
-        a, version = ray.get(server.act.remote(obs[0], True))
+        a, _, version = ray.get(server.act.remote(obs[0], True))
         if version == 1:
             break
     assert version == 1
@@ -69,8 +71,9 @@ def test_server_answers_batched_requests_with_the_published_weights(ray_runtime)
         ray.get(server.act.remote({"state": np.zeros((1, 5), np.float32), "images": {}}))
     with pytest.raises(ray.exceptions.RayTaskError, match="non-finite"):
         ray.get(server.act.remote({"state": np.full((1, 6), np.nan, np.float32), "images": {}}))
-    a, version = ray.get(server.act.remote(obs[1]))  # and it serves on
-    assert a.shape == (2, 3) and np.isfinite(a).all() and np.abs(a).max() <= 1.0
+    a, extras, version = ray.get(server.act.remote(obs[1]))  # and it serves on
+    assert a.shape == (2, 1, 3) and np.isfinite(a).all() and np.abs(a).max() <= 1.0
+    assert extras["log_prob"].shape == (2,)  # a sampled action comes with its log-prob
     ray.get(server.close.remote())
 
 
@@ -83,7 +86,7 @@ def test_max_batch_splits_a_queue_into_forward_passes(ray_runtime):
     server = ray.remote(RolloutServer).remote(cfg, SPEC, None)  # no weights: its initial policy
     obs = {"state": np.zeros((2, 6), np.float32), "images": {}}
     got = ray.get([server.act.remote(obs) for _ in range(8)])
-    assert all(v == -1 and a.shape == (2, 3) for a, v in got)
+    assert all(v == -1 and a.shape == (2, 1, 3) for a, _, v in got)
     stats = ray.get(server.stats.remote())
     assert stats["max_batch_rows"] == 4 and stats["batches"] >= 4  # 16 rows, at most 4 a pass
 

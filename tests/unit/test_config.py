@@ -41,8 +41,36 @@ def test_unknown_names_fail_clearly():
         compose_config([], robot="ur5")
     with pytest.raises(ConfigError, match="algo.gama"):
         compose_config(["algo.gama=0.9"])
-    with pytest.raises(ConfigError):
-        compose_config(["algo=ppo"])
+    with pytest.raises(ConfigError, match="unknown algorithm.*algo/dreamer"):
+        compose_config(["algo=dreamer"])
+
+
+def test_each_algorithm_has_its_own_typed_config():
+    """algo=<name> brings that algorithm's dataclass: its keys type-checked, another
+    algorithm's keys refused, the env's tuning applied to its family only."""
+    ppo = compose_config(["algo=ppo", "policy=gaussian_ac", "algo.clip_coef=0.3"])
+    assert ppo.algo.clip_coef == 0.3 and "tau" not in ppo.algo
+    with pytest.raises(ConfigError, match="num_critics"):
+        compose_config(["algo=ppo", "algo.num_critics=4"])
+    with pytest.raises(ConfigError, match="clip_coef"):
+        compose_config(["algo=ppo", "algo.clip_coef=wide"])
+    sac = compose_config([])  # gym_hil tunes the SAC family: tau 0.01, learning_starts 2000
+    assert sac.algo.tau == 0.01 and sac.algo.learning_starts == 2000
+    assert compose_config(["algo.learning_starts=5"]).algo.learning_starts == 5  # the command line wins
+    assert compose_config(["algo=rlpd"]).algo.num_critics == 10
+    assert compose_config([], robot="franka").algo.utd_ratio == 4.0
+
+
+def test_an_algorithm_refuses_a_policy_that_cannot_serve_it():
+    with pytest.raises(ConfigError, match="algo=ppo needs a policy with log-prob.*gaussian_ac"):
+        validate(compose_config(["algo=ppo"]))
+    with pytest.raises(ConfigError, match="algo=sac needs a policy with reparameterised"):
+        validate(compose_config(["policy=gaussian_ac"]))
+    with pytest.raises(ConfigError, match="group_size=3 must divide"):
+        validate(compose_config(["algo=grpo", "policy=gaussian_ac", "algo.group_size=3", "placement.envs_per_worker=4"]))
+    validate(compose_config(["algo=grpo", "policy=gaussian_ac", "algo.group_size=2", "placement.envs_per_worker=4"]))
+    with pytest.raises(ConfigError, match="demos= is not used"):
+        validate(compose_config(["algo=ppo", "policy=gaussian_ac", "demos=somewhere"]))
 
 
 def test_type_errors_are_caught():

@@ -39,14 +39,25 @@ def test_truncates_at_limit_and_keeps_terminated_apart():
     assert truncated and not terminated and info["success"] is False
 
 
-def test_success_terminates_and_earns_the_bonus():
+def test_success_terminates_and_the_batch_wrapper_adds_the_bonus():
+    from rlinf_user.env.shaping import ShapedVectorEnv
+    from rlinf_user.env.vector import EnvBatch
+
     env = PointMass()
-    env.success_bonus = 10.0
     env.reset()
     _, r1, te1, _, _ = env.step(np.array([1, 0, 0, 0, 0, 0, 0]))
     _, r2, te2, tr2, info = env.step(np.array([1, 0, 0, 0, 0, 0, 0]))
     assert not te1 and r1 == pytest.approx(0.1)
-    assert te2 and not tr2 and info["success"] and r2 == pytest.approx(0.2 + 10.0)
+    assert te2 and not tr2 and info["success"] and r2 == pytest.approx(0.2)  # the env's own reward
+    batch = ShapedVectorEnv(EnvBatch([PointMass, PointMass]), bonus=10.0)
+    batch.reset(seed=0)
+    push = np.array([[1.0, 0, 0, 0, 0, 0, 0], [0.5, 0, 0, 0, 0, 0, 0]])
+    _, r, te, _, _ = batch.step(push)
+    np.testing.assert_allclose(r, [0.1, 0.05], rtol=1e-5)
+    _, r, te, _, infos = batch.step(push)
+    assert te.tolist() == [True, False] and infos[0]["success"]
+    np.testing.assert_allclose(r, [0.2 + 10.0, 0.1], rtol=1e-5)  # only the successful end earns it
+    assert batch.num_envs == 2 and len(batch.envs) == 2  # the rest is the wrapped batch's
 
 
 def test_actions_nan_refused_and_out_of_range_clipped():

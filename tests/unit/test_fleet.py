@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from rlinf_user.config.compose import compose_config
+from rlinf_user.env.spec import EnvSpec
 from rlinf_user.runtime.fleet import Adapter, members, misfit, union_spec, wants_member_id
 from rlinf_user.runtime.placement import make_plan, ray_init_kwargs
 
 
 def spec(state, cams, active):
-    return {"state_dim": state, "cameras": cams, "action_dim": len(active), "active_dims": active,
-            "contract_action_dim": 7}  # fmt: skip
+    return EnvSpec(state_dim=state, cameras=cams, active_dims=tuple(active))
 
 
 XYZG = [0, 1, 2, 6]
@@ -38,8 +38,9 @@ def test_members_default_to_the_run_env_and_merge_overrides():
 
 def test_union_spec_pads_state_unions_cameras_and_action_dims():
     u = union_spec({0: spec(21, {}, XYZG), 1: spec(30, {"wrist": (64, 64)}, POSE)}, 2, member_id=True)
-    assert u["state_dim"] == 32 and u["env_state_dim"] == 30 and u["member_id_dims"] == 2
-    assert u["cameras"] == {"wrist": (64, 64)} and u["active_dims"] == POSE and u["action_dim"] == 7
+    assert u.state_dim == 32 and u.env_state_dim == 30 and u.member_id_dims == 2
+    assert u.cameras == {"wrist": (64, 64)} and list(u.active_dims) == POSE and u.action_dim == 7
+    assert EnvSpec.from_dict(u.to_dict()) == u  # what checkpoints store reads back the same
     with pytest.raises(ValueError, match="wrist"):
         union_spec({0: spec(4, {"wrist": (64, 64)}, XYZG), 1: spec(4, {"wrist": (128, 128)}, XYZG)}, 2, False)
 

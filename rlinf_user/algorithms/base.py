@@ -1,0 +1,137 @@
+"""The algorithm interface and its registry.
+
+An algorithm owns a policy (built from the policy registry) and whatever else it trains
+(critics, temperature, optimisers). It declares how it consumes data:
+
+* ``replay``: batches sampled from the replay buffer, at most ``utd_ratio`` updates per
+  env step, demonstrations mixed in by ``demo_ratio`` (SAC, RLPD, CrossQ, SAC-Flow, BC);
+* ``on_policy``: ordered rollout segments, each step recorded with the policy version,
+  log-prob and value that produced it (PPO, GRPO).
+
+The learner role, env workers, rollout server and evaluation see only this interface and
+the policy interface (:mod:`rlinf_user.policies.base`). Adding an algorithm is one module
+here plus one config dataclass and YAML (see the README).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from rlinf_user.config.algo import ALGO_CONFIGS
+from rlinf_user.env.spec import EnvSpec
+from rlinf_user.policies.base import CAPABILITIES, Policy, build_policy, policy_class
+from rlinf_user.registry import Registry
+
+ALGORITHMS = Registry(
+    "algorithm",
+    {
+        "sac": "rlinf_user.algorithms.sac:SAC",
+        "rlpd": "rlinf_user.algorithms.sac:SAC",
+        "crossq": "rlinf_user.algorithms.sac:SAC",
+        "sac_flow": "rlinf_user.algorithms.sac:SAC",
+        "bc": "rlinf_user.algorithms.bc:BC",
+        "ppo": "rlinf_user.algorithms.ppo:PPO",
+        "grpo": "rlinf_user.algorithms.ppo:PPO",
+    },
+)
+
+REPLAY, ON_POLICY = "replay", "on_policy"
+
+
+class NonFiniteLoss(FloatingPointError):
+    """A NaN/Inf loss, log-prob or weight: the learner stops before it publishes or saves it."""
+
+
+class Algorithm:
+    """Base class. Subclasses set ``data_mode`` and ``requires`` (capability names from
+    :data:`rlinf_user.policies.base.CAPABILITIES`) and implement ``update``."""
+
+    data_mode: ClassVar[str] = REPLAY
+    requires: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, cfg, policy: Policy, spec: EnvSpec, device: str | torch.device = "cpu"):
+        self.cfg = cfg
+        self.policy = policy
+        self.spec = spec
+        self.device = torch.device(device)
+        self.num_updates = 0
+
+    @classmethod
+    def problems(cls, algo_cfg, policy_cfg, spec: EnvSpec | None = None) -> list[str]:
+        """Why this algorithm cannot train this policy (checked before anything starts)."""
+        pcls = policy_class(policy_cfg)
+        out = []
+        for need in cls.needs(algo_cfg):
+            proto = CAPABILITIES[need]
+            if not all(hasattr(pcls, m) for m in _members(proto)):
+                out.append(
+                    f"algo={algo_cfg.name} needs a policy with {need}; policy={policy_cfg.name} has none "
+                    f"(set policy= to one that has, e.g. {', '.join(_policies_with(proto)) or 'none registered'})"
+                )
+        return out
+
+    @classmethod
+    def needs(cls, algo_cfg) -> tuple[str, ...]:
+        """The policy capabilities this configuration of the algorithm uses."""
+        return cls.requires
+
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:  # pragma: no cover
+        raise NotImplementedError
+
+    def check_finite(self, metrics: dict[str, float]) -> None:
+        """Raise :class:`NonFiniteLoss` if an update left a NaN/Inf metric or policy weight."""
+        bad = [k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v) and k != "explained_variance"]
+        bad += [k for k, v in self.policy.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
+        if bad:
+            raise NonFiniteLoss(f"update {self.num_updates} of algo={self.cfg.name} produced NaN/Inf in {bad[:8]}: {metrics}")
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """CPU copy of the rollout policy's weights, for publication."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
+
+    def checkpoint_state(self) -> dict[str, Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+def _members(proto) -> list[str]:
+    return [m for m in vars(proto) if not m.startswith("_") and m not in ("encoder",)] or list(proto.__annotations__)
+
+
+def _policies_with(proto) -> list[str]:
+    from rlinf_user.policies.base import POLICIES
+
+    out = []
+    for name in POLICIES.names():
+        try:
+            cls = POLICIES.get(name)
+        except ImportError:
+            continue
+        if all(hasattr(cls, m) for m in _members(proto)):
+            out.append(name)
+    return out
+
+
+def algorithm_class(algo_cfg) -> type[Algorithm]:
+    return ALGORITHMS.get(str(algo_cfg.name))
+
+
+def build_algorithm(algo_cfg, policy_cfg, spec: EnvSpec, device="cpu") -> Algorithm:
+    """The algorithm named by ``algo_cfg.name`` with a fresh policy for ``spec``."""
+    cls = algorithm_class(algo_cfg)
+    problems = cls.problems(algo_cfg, policy_cfg, spec)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return cls(algo_cfg, build_policy(policy_cfg, spec), spec, device)
+
+
+def check_algorithm(algo_cfg, policy_cfg, spec: EnvSpec | None = None) -> list[str]:
+    """Config-time problems of this algorithm/policy pair (empty: fine)."""
+    if str(algo_cfg.name) not in ALGO_CONFIGS:
+        return [f"algo.name={algo_cfg.name!r}: available {', '.join(sorted(ALGO_CONFIGS))}"]
+    return algorithm_class(algo_cfg).problems(algo_cfg, policy_cfg, spec)

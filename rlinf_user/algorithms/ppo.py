@@ -1,0 +1,128 @@
+"""PPO and GRPO for continuous actions.
+
+PPO (Schulman et al. 2017, as CleanRL/ManiSkill implement it): clipped surrogate over the
+behaviour policy's recorded log-probs, GAE advantages (computed by
+:mod:`rlinf_user.data.segments`, never across an episode boundary or a gap in a worker's
+step sequence; truncated episodes bootstrap from the value of their final observation),
+optional value clipping, minibatch epochs, advantage normalisation, an entropy bonus and
+an early stop of the epochs past ``target_kl``.
+
+GRPO (Shao et al. 2024) drops the critic: every step of an episode gets the episode's
+return normalised within its group (episodes started from the same reset seed).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlinf_user.algorithms.base import ON_POLICY, Algorithm, NonFiniteLoss
+from rlinf_user.env.spec import Col, EnvSpec, columns_to_torch
+
+log = logging.getLogger(__name__)
+
+
+class PPO(Algorithm):
+    data_mode = ON_POLICY
+    requires = ("log-prob of recorded samples", "a value function")
+
+    @classmethod
+    def needs(cls, algo_cfg) -> tuple[str, ...]:
+        return cls.requires[:1] if str(algo_cfg.name) == "grpo" else cls.requires  # GRPO: no critic
+
+    @classmethod
+    def problems(cls, algo_cfg, policy_cfg, spec=None) -> list[str]:
+        out = super().problems(algo_cfg, policy_cfg, spec)
+        if algo_cfg.mode not in ("sync", "async"):
+            out.append(f"algo.mode={algo_cfg.mode!r}: use sync or async")
+        if int(algo_cfg.num_steps) < 1 or int(algo_cfg.update_epochs) < 1 or int(algo_cfg.num_minibatches) < 1:
+            out.append("algo.num_steps, algo.update_epochs and algo.num_minibatches must be >= 1")
+        return out
+
+    def __init__(self, cfg, policy, spec: EnvSpec, device="cpu"):
+        super().__init__(cfg, policy, spec, device)
+        self.grpo = str(cfg.name) == "grpo"
+        self.policy.to(self.device)
+        self.opt = torch.optim.Adam(self.policy.parameters(), lr=float(cfg.lr), eps=1e-5)
+
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        """One policy iteration on a prepared batch (columns plus ``advantage`` and
+        ``return`` from :class:`rlinf_user.data.segments.OnPolicyStore`)."""
+        cfg = self.cfg
+        data = columns_to_torch(batch, self.device)
+        obs, sample = data[Col.OBS], data[Col.SAMPLE]
+        old_logp, adv = data[Col.LOG_PROB].float(), data["advantage"].float()
+        ret = data["return"].float()
+        old_v = data[Col.VALUE].float() if Col.VALUE in data else torch.zeros_like(ret)
+        n = len(adv)
+        mb = max(1, n // int(cfg.num_minibatches))
+        metrics: dict[str, float] = {}
+        clipfracs, approx_kl, epochs = [], 0.0, 0
+        for _epoch in range(int(cfg.update_epochs)):
+            perm = torch.randperm(n, device=self.device)
+            for start in range(0, n, mb):
+                idx = perm[start : start + mb]
+                sub = {"state": obs["state"][idx], "images": {k: v[idx] for k, v in obs["images"].items()}}
+                logp, entropy = self.policy.log_prob(sub, sample[idx])
+                ratio_log = logp - old_logp[idx]
+                ratio = ratio_log.exp()
+                with torch.no_grad():
+                    approx_kl = float(((ratio - 1) - ratio_log).mean())
+                    clipfracs.append(float(((ratio - 1.0).abs() > cfg.clip_coef).float().mean()))
+                a = adv[idx]
+                if cfg.norm_adv and len(a) > 1:
+                    a = (a - a.mean()) / (a.std() + 1e-8)
+                pg = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+                loss = pg - cfg.ent_coef * entropy.mean()
+                v_loss = torch.zeros(())
+                if not self.grpo and cfg.vf_coef > 0:
+                    v = self.policy.value(sub)
+                    if cfg.clip_vloss:
+                        v_clip = old_v[idx] + (v - old_v[idx]).clamp(-cfg.clip_coef, cfg.clip_coef)
+                        v_loss = 0.5 * torch.max((v - ret[idx]) ** 2, (v_clip - ret[idx]) ** 2).mean()
+                    else:
+                        v_loss = 0.5 * ((v - ret[idx]) ** 2).mean()
+                    loss = loss + cfg.vf_coef * v_loss
+                if not torch.isfinite(loss):
+                    raise NonFiniteLoss(
+                        f"non-finite PPO loss at update {self.num_updates} (policy loss {pg.item()}, value loss "
+                        f"{v_loss.item()}; log-prob range {logp.min().item()}..{logp.max().item()}, recorded log-prob "
+                        f"finite {bool(torch.isfinite(old_logp).all())}, advantage mean {adv.mean().item()} std "
+                        f"{adv.std().item()}, {n} rows)"
+                    )
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                self.opt.step()
+                metrics.update(policy_loss=pg.item(), value_loss=v_loss.item(), entropy=entropy.mean().item())
+            epochs += 1
+            if cfg.target_kl is not None and approx_kl > cfg.target_kl:
+                break
+        self.num_updates += 1
+        with torch.no_grad():
+            var = float(ret.var()) if n > 1 else 0.0
+            explained = float("nan") if var == 0 or self.grpo else 1.0 - float((ret - old_v).var()) / var
+        metrics.update(approx_kl=approx_kl, clipfrac=float(np.mean(clipfracs)) if clipfracs else 0.0, epochs=float(epochs),
+                       explained_variance=explained, rows=float(n), log_std=self.policy.log_std.mean().item() if hasattr(self.policy, "log_std") else 0.0)  # fmt: skip
+        return metrics
+
+    @torch.no_grad()
+    def values(self, obs_columns: dict[str, np.ndarray]) -> np.ndarray:
+        """The critic's values of observation batches given as ``obs/...`` columns (the
+        bootstrap of truncated episodes and of segment ends)."""
+        if self.grpo:
+            return np.zeros(len(obs_columns[Col.state(Col.OBS)]), np.float32)
+        obs = columns_to_torch(obs_columns, self.device)[Col.OBS]
+        return self.policy.value(obs).float().cpu().numpy()
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "opt": self.opt.state_dict(), "num_updates": self.num_updates}
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.opt.load_state_dict(state["opt"])
+        self.num_updates = int(state["num_updates"])

@@ -1,0 +1,127 @@
+"""One typed config per algorithm (``configs/algo/<name>.yaml`` sits on top of these).
+
+Each dataclass is registered in Hydra's ConfigStore as ``algo_schema/<name>``; the YAML
+file of the same name pulls it in, so ``algo=ppo algo.clip_coef=0.3`` is type-checked
+and a key another algorithm has (``algo=ppo algo.num_critics=4``) is refused at compose.
+The implementation of each lives in :data:`rlinf_user.algorithms.ALGORITHMS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class SACConfig:
+    """Off-policy actor-critic: SAC with critic ensembles and a bounded update-to-data ratio."""
+
+    name: str = "sac"
+    gamma: float = 0.9
+    tau: float = 0.005
+    batch_size: int = 256
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    init_temperature: float = 1.0
+    target_entropy: float | None = None  # default -action_dim / 2
+    num_critics: int = 2
+    num_min_critics: int = 2  # REDQ-style random subset for the target min
+    utd_ratio: float = 1.0  # critic updates per env step (across all envs)
+    actor_update_every: int = 1  # critic:actor update ratio
+    learning_starts: int = 1000  # env steps of uniformly random actions first
+    critic_layer_norm: bool = False
+    batch_norm: bool = False  # CrossQ: batch-renorm critics, no target network
+    demo_ratio: float = 0.0  # fraction of each batch drawn from demos (RLPD: 0.5)
+    bc_warmup_updates: int = 0  # behaviour-clone the actor on demos=... before RL starts
+    drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
+    grad_clip: float = 0.0
+    reward_scale: float = 1.0
+
+
+@dataclass
+class RLPDConfig(SACConfig):
+    """RLPD (Ball et al. 2023): LayerNorm critics, a 10-critic ensemble with a random
+    2-critic target min, half of every batch from the demonstrations."""
+
+    name: str = "rlpd"
+    num_critics: int = 10
+    critic_layer_norm: bool = True
+    demo_ratio: float = 0.5
+
+
+@dataclass
+class CrossQConfig(SACConfig):
+    """CrossQ (Bhatt et al. 2024): batch-renormalised critics, no target networks."""
+
+    name: str = "crossq"
+    batch_norm: bool = True
+    actor_update_every: int = 3
+
+
+@dataclass
+class SACFlowConfig(SACConfig):
+    """SAC over a flow policy (SAC-Flow, arXiv 2509.25756): the velocity network's
+    K-step rollout is the reparameterised actor; its log-prob comes from the noisy
+    sequential formulation (see :mod:`rlinf_user.policies.flow`)."""
+
+    name: str = "sac_flow"
+    target_entropy: float | None = 0.0  # SAC-Flow's: the chain's log-prob is not a marginal's
+    init_temperature: float = 0.2
+
+
+@dataclass
+class BCConfig:
+    """Behaviour cloning on the demonstrations (``demos=``), for any policy that can be
+    trained by BC; env workers only evaluate it."""
+
+    name: str = "bc"
+    lr: float = 1e-3
+    weight_decay: float = 1e-5
+    batch_size: int = 256
+    updates_per_step: float = 1.0  # updates per env step of evaluation (bounds the pace)
+
+
+@dataclass
+class PPOConfig:
+    """PPO for continuous actions (clipped objective, GAE, minibatch epochs)."""
+
+    name: str = "ppo"
+    gamma: float = 0.8
+    gae_lambda: float = 0.9
+    lr: float = 3e-4
+    num_steps: int = 50  # env steps per env between updates (one rollout segment)
+    update_epochs: int = 4
+    num_minibatches: int = 8
+    clip_coef: float = 0.2
+    clip_vloss: bool = False
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    target_kl: float | None = 0.1  # stop the epochs early past this approximate KL
+    norm_adv: bool = True
+    reward_scale: float = 1.0
+    # sync: collect with version v, update, collect with v+1. async: workers go on
+    # collecting with a policy at most placement.max_policy_lag versions old.
+    mode: str = "sync"
+
+
+@dataclass
+class GRPOConfig(PPOConfig):
+    """GRPO: no critic; an episode's return is normalised within its group (episodes that
+    start from the same reset seed), and every step of it gets that advantage."""
+
+    name: str = "grpo"
+    group_size: int = 4  # episodes per reset seed; must divide every worker's env count
+    gamma: float = 1.0
+    vf_coef: float = 0.0
+
+
+ALGO_CONFIGS: dict[str, type] = {
+    "sac": SACConfig,
+    "rlpd": RLPDConfig,
+    "crossq": CrossQConfig,
+    "sac_flow": SACFlowConfig,
+    "bc": BCConfig,
+    "ppo": PPOConfig,
+    "grpo": GRPOConfig,
+}

@@ -1,0 +1,58 @@
+"""Action chunks executed step by step.
+
+A policy returns ``H`` actions per env at once (:class:`rlinf_user.policies.base.PolicyOutput`);
+the queue hands them out one step at a time and asks for a new chunk for an env once its
+chunk is used up or its episode ended (a chunk never crosses an episode boundary). Per-row
+extras (log-prob, value) belong to the step that queried them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class ChunkQueue:
+    def __init__(self, num_envs: int):
+        self.num_envs = num_envs
+        self.actions: np.ndarray | None = None  # (N, H, A)
+        self.pos = np.zeros(num_envs, dtype=np.int64)
+        self.length = np.zeros(num_envs, dtype=np.int64)  # 0: no chunk
+        self.extras: dict[str, np.ndarray] = {}
+        self.version = np.full(num_envs, -1, dtype=np.int64)
+
+    def empty_rows(self) -> np.ndarray:
+        return np.flatnonzero(self.pos >= self.length)
+
+    def put(self, rows: np.ndarray, actions: np.ndarray, extras: dict[str, np.ndarray], version: int) -> None:
+        actions = np.asarray(actions, np.float32)
+        if actions.ndim == 2:
+            actions = actions[:, None]
+        if not np.isfinite(actions).all():
+            raise FloatingPointError("the policy produced non-finite actions")
+        if self.actions is None or self.actions.shape[1:] != actions.shape[1:]:
+            self.actions = np.zeros((self.num_envs, *actions.shape[1:]), np.float32)
+        self.actions[rows] = actions
+        for k, v in extras.items():
+            v = np.asarray(v)
+            if k not in self.extras or self.extras[k].shape[1:] != v.shape[1:]:
+                self.extras[k] = np.zeros((self.num_envs, *v.shape[1:]), v.dtype)
+            self.extras[k][rows] = v
+        self.pos[rows] = 0
+        self.length[rows] = actions.shape[1]
+        self.version[rows] = version
+
+    def pop(self) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
+        """This step's action per env, the extras, and the oldest version among them."""
+        if len(self.empty_rows()):
+            raise RuntimeError("an env has no queued action")
+        a = self.actions[np.arange(self.num_envs), self.pos]
+        self.pos += 1
+        return a, dict(self.extras), int(self.version.min())
+
+    def drop(self, rows) -> None:
+        self.length[rows] = 0
+        self.pos[rows] = 0
+
+    def clear(self) -> None:
+        self.length[:] = 0
+        self.pos[:] = 0

@@ -1,0 +1,229 @@
+"""The driver loops of a training run.
+
+* :func:`streaming_loop` (replay algorithms, and on-policy ones in ``async`` mode): every
+  env worker always has its next rollout call queued behind the running one, the learner
+  always has one ``train`` call in flight, evaluation runs on its own worker. Nobody waits
+  for anybody: env workers act with whatever policy version they hold (at most
+  ``placement.max_policy_lag`` behind, when set).
+* :func:`sync_on_policy_loop` (on-policy ``sync`` mode): every worker collects
+  ``algo.num_steps`` steps per env with policy version v, the learner updates once on all
+  of them and publishes v+1, and the next round starts from it.
+
+Both share :class:`Schedule`: evaluations, checkpoints, progress reports and stop rules.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from rlinf_user.runtime.run_record import RunError, root_cause
+from rlinf_user.runtime.workers import PoolError
+
+log = logging.getLogger(__name__)
+
+ROLLOUT_STEPS = 100
+ROLLOUTS_IN_FLIGHT = 2
+TRAIN_CALL_UPDATES = 50
+
+
+class Schedule:
+    """Evaluations, checkpoints, progress reports and the stop rules of a loop."""
+
+    def __init__(self, tr):
+        self.tr = tr
+        p, cfg = tr.progress, tr.cfg
+        self.t_start = time.monotonic()
+        self.next_eval = p.env_steps + cfg.eval_every_steps
+        self.next_ckpt = p.env_steps + cfg.checkpoint_every_steps
+        self.last_report, self.last_steps, self.last_updates, self.last_t = 0.0, p.env_steps, p.updates, time.monotonic()
+        self.eval_call = None
+
+    def wall(self) -> float:
+        return time.monotonic() - self.t_start
+
+    def eval_done(self) -> None:
+        """Book the evaluation whose call finished (``self.eval_call``)."""
+        import ray
+
+        ref, self.eval_call = self.eval_call, None
+        try:
+            self.tr.record.record_eval(ray.get(ref), self.wall(), self.tr.spec)
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+            log.error("evaluation failed (%s); the next one runs on a fresh worker", root_cause(err))
+            self.tr._replace_eval_worker()
+
+    def tick(self) -> str | None:
+        """Start what is due (evaluation, checkpoint, a progress report); the reason to
+        stop, if there is one."""
+        tr, cfg, p = self.tr, self.tr.cfg, self.tr.progress
+        p.wall = self.wall()
+        if self.eval_call is None and p.env_steps >= self.next_eval and tr.eval_worker is not None:
+            self.next_eval += cfg.eval_every_steps
+            self.eval_call = tr.eval_worker.evaluate.remote(cfg.eval_episodes, False, p.best_eval_success)
+        if p.env_steps >= self.next_ckpt:
+            self.next_ckpt += cfg.checkpoint_every_steps
+            tr.learner.save_checkpoint.remote(p.env_steps)
+        now = time.monotonic()
+        if now - self.last_report > 1.0:
+            dt = now - self.last_t
+            p.env_steps_per_s = (p.env_steps - self.last_steps) / dt
+            p.updates_per_s = (p.updates - self.last_updates) / dt
+            self.last_steps, self.last_updates, self.last_t, self.last_report = p.env_steps, p.updates, now, now
+            tr.record.scalars(
+                {"env_steps_per_s": p.env_steps_per_s, "updates_per_s": p.updates_per_s,
+                 "recent_success": p.recent_success, "policy_version": float(p.version)},
+                "runtime",
+            )  # fmt: skip
+            tr.on_progress(p)
+        if cfg.target_success is not None and (p.eval_success or 0.0) >= cfg.target_success:
+            return f"evaluation success {p.eval_success:.2f} >= target {cfg.target_success}"
+        if cfg.max_wall_minutes is not None and p.wall > 60 * cfg.max_wall_minutes:
+            return f"max_wall_minutes={cfg.max_wall_minutes} reached"
+        return None
+
+    def finish(self) -> None:
+        """Wait for an evaluation still running and book it."""
+        if self.eval_call is not None:
+            self.eval_done()
+
+
+def _learner_result(tr, ref) -> dict[str, Any] | None:
+    """A finished train call's metrics; None when the learner died (it was restarted).
+    A learner that stopped on NaN/Inf ends the run: nothing after the last good
+    checkpoint is saved."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayActorError as err:
+        tr._restart_learner(err)
+        return None
+    except ray.exceptions.RayTaskError as err:
+        raise RunError(
+            f"the learner stopped: {root_cause(err)}; the checkpoints in {tr.run_dir}/checkpoints hold the last good "
+            f"weights: continue with `rlinf-user train resume={tr.run_dir}` (after lowering the learning rate, say)"
+        ) from err
+
+
+def _learner_metrics(tr, m: dict[str, Any] | None) -> None:
+    if m is None:
+        return
+    p = tr.progress
+    p.updates, p.version = m["num_updates"], m["version"]
+    if m["updates"]:
+        tr.record.scalars({k: v for k, v in m.items() if isinstance(v, float)}, "learner")
+
+
+def _worker_failed(tr, slot, err) -> bool:
+    """A worker's call failed: replace it (True when a replacement runs now)."""
+    tr.progress.worker_restarts += 1
+    try:
+        return tr.pool.failed(slot, err)
+    except PoolError as pool_err:
+        raise RunError(f"{pool_err}; continue with `rlinf-user train resume={tr.run_dir}`") from err
+
+
+def streaming_loop(tr, sched: Schedule) -> str:
+    import ray
+
+    cfg, p, pool = tr.cfg, tr.progress, tr.pool
+    min_rows = tr.rows_per_round() if tr.on_policy else 1
+    rollout_calls: dict[Any, tuple[int, int]] = {}
+
+    def rollout(slot):
+        random = p.env_steps < int(cfg.algo.get("learning_starts", 0)) and not cfg.resume
+        return slot.actor.rollout.remote(ROLLOUT_STEPS, random)
+
+    def queue(slot, n: int = ROLLOUTS_IN_FLIGHT) -> None:
+        for _ in range(n):
+            rollout_calls[rollout(slot)] = (slot.index, slot.generation)
+
+    def train():
+        return tr.learner.train.remote(TRAIN_CALL_UPDATES, p.env_steps, min_rows)
+
+    for slot in pool.running():
+        queue(slot)
+    last_idle_warning = time.monotonic()
+    train_call = train()
+    stop_reason = "total_env_steps reached"
+    while True:
+        pending = list(rollout_calls) + [train_call] + ([sched.eval_call] if sched.eval_call else [])
+        done, _ = ray.wait(pending, num_returns=1, timeout=1.0)
+        for ref in done:
+            if ref is train_call:
+                _learner_metrics(tr, _learner_result(tr, ref))
+                train_call = train()
+            elif ref is sched.eval_call:
+                sched.eval_done()
+            else:
+                i, gen = rollout_calls.pop(ref)
+                slot = pool.slots[i]
+                try:
+                    r = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                    if gen != slot.generation or slot.status != "running":
+                        continue  # a queued call of a worker already replaced
+                    if _worker_failed(tr, slot, err):
+                        queue(slot)
+                    continue
+                pool.note(slot, r)
+                tr.record.book_rollout(r, i == 0)
+                if r.get("rollout_lost"):
+                    tr._rollout_lost()
+                queued = sum(1 for j, _ in rollout_calls.values() if j == i)
+                if p.env_steps + queued * ROLLOUT_STEPS < cfg.total_env_steps:
+                    rollout_calls[rollout(slot)] = (i, slot.generation)
+        tr._watch_reward_server()
+        for slot in pool.arrivals():
+            if p.env_steps < cfg.total_env_steps:
+                queue(slot)
+        if not rollout_calls and p.env_steps < cfg.total_env_steps and time.monotonic() - last_idle_warning > 30:
+            last_idle_warning = time.monotonic()
+            log.warning("no env worker is running (fleet: %s); waiting for a node to come back", pool.status())
+        reason = sched.tick()
+        if reason:
+            stop_reason = reason
+            break
+        if not rollout_calls and p.env_steps >= cfg.total_env_steps:
+            break
+    _learner_result(tr, train_call)
+    return stop_reason
+
+
+def sync_on_policy_loop(tr, sched: Schedule) -> str:
+    import ray
+
+    cfg, p, pool = tr.cfg, tr.progress, tr.pool
+    steps = int(cfg.algo.num_steps)
+    while p.env_steps < cfg.total_env_steps:
+        calls = {slot.actor.rollout.remote(steps, False, p.version): slot for slot in pool.running()}
+        if not calls:
+            log.warning("no env worker is running (fleet: %s); waiting for a node to come back", pool.status())
+            time.sleep(1.0)
+        rows = 0
+        lost = False
+        for ref, slot in calls.items():
+            try:
+                r = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                _worker_failed(tr, slot, err)
+                continue
+            pool.note(slot, r)
+            tr.record.book_rollout(r, slot.index == 0)
+            rows += r["steps"]
+            lost |= bool(r.get("rollout_lost"))
+        if lost:
+            tr._rollout_lost()
+        pool.arrivals()  # workers back from a lost node take part in the next round
+        if rows:  # GRPO updates on the groups whose episodes have all ended
+            need = 1 if cfg.algo.name == "grpo" else rows
+            _learner_metrics(tr, _learner_result(tr, tr.learner.train.remote(0, p.env_steps, need)))
+        tr._watch_reward_server()
+        if sched.eval_call is not None and ray.wait([sched.eval_call], timeout=0)[0]:
+            sched.eval_done()
+        reason = sched.tick()
+        if reason:
+            return reason
+    return "total_env_steps reached"

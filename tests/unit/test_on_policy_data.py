@@ -1,0 +1,136 @@
+"""On-policy data: GAE over ordered per-env segments, GRPO's groups, chunks, the spec."""
+
+import numpy as np
+import pytest
+
+from rlinf_user.data.segments import OnPolicyStore, gae
+from rlinf_user.env.spec import Col, EnvSpec, flat_obs, nest_columns
+from rlinf_user.runtime.chunks import ChunkQueue
+
+
+def _rows(env, step, reward, value, term=None, trunc=None, version=0, group=None):
+    n = len(step)
+    cols = {
+        "obs/state": np.zeros((n, 2), np.float32),
+        "next_obs/state": np.arange(n, dtype=np.float32)[:, None].repeat(2, 1) + 100,  # marks which row bootstraps
+        Col.ACTION: np.zeros((n, 7), np.float32),
+        Col.REWARD: np.asarray(reward, np.float32),
+        Col.TERMINATED: np.asarray(term if term is not None else [0] * n, np.float32),
+        Col.TRUNCATED: np.asarray(trunc if trunc is not None else [0] * n, np.float32),
+        Col.ENV_ID: np.full(n, env, np.int64),
+        Col.STEP: np.asarray(step, np.int64),
+        Col.VALUE: np.asarray(value, np.float32),
+        Col.LOG_PROB: np.zeros(n, np.float32),
+        Col.SAMPLE: np.zeros((n, 1, 7), np.float32),
+        Col.POLICY_VERSION: np.full(n, version, np.int64),
+    }
+    if group is not None:
+        cols[Col.GROUP] = np.asarray(group, np.int64)
+    return cols
+
+
+def _reference_gae(r, v, next_v_last, gamma, lam):
+    adv, last = np.zeros(len(r)), 0.0
+    for t in reversed(range(len(r))):
+        nv = next_v_last if t == len(r) - 1 else v[t + 1]
+        delta = r[t] + gamma * nv - v[t]
+        last = delta + gamma * lam * last
+        adv[t] = last
+    return adv
+
+
+def test_gae_matches_the_textbook_recursion_and_bootstraps_the_segment_end():
+    r, v = [1.0, 0.0, 2.0, 0.5], [0.3, 0.1, 0.7, 0.2]
+    boot = []
+
+    def value_fn(cols):
+        boot.append(cols["obs/state"][:, 0].tolist())
+        return np.full(len(cols["obs/state"]), 0.9)
+
+    adv, ret = gae(_rows(3, [0, 1, 2, 3], r, v), value_fn, 0.9, 0.8)
+    np.testing.assert_allclose(adv, _reference_gae(r, v, 0.9, 0.9, 0.8), rtol=1e-5)
+    np.testing.assert_allclose(ret, adv + np.asarray(v), rtol=1e-5)
+    assert boot == [[103.0]]  # only the last row asked for V(next observation)
+
+
+def test_gae_never_crosses_episodes_or_gaps_and_truncation_bootstraps():
+    # steps 0-1 (terminated at 1), 2-3 (truncated at 3), then a gap: 7-8
+    cols = _rows(0, [0, 1, 2, 3, 7, 8], [1, 1, 1, 1, 1, 1], [0.5] * 6, term=[0, 1, 0, 0, 0, 0], trunc=[0, 0, 0, 1, 0, 0])
+    asked = []
+
+    def value_fn(c):
+        asked.extend(c["obs/state"][:, 0].tolist())
+        return np.full(len(c["obs/state"]), 10.0)
+
+    adv, _ = gae(cols, value_fn, 1.0, 1.0)
+    assert asked == [103.0, 105.0]  # the truncated row and the last row; not the terminal one
+    assert adv[1] == pytest.approx(1 - 0.5)  # terminal: no bootstrap
+    assert adv[3] == pytest.approx(1 + 10 - 0.5)  # truncated: V(final observation)
+    assert adv[2] == pytest.approx((1 + 0.5 - 0.5) + adv[3])
+    assert adv[0] == pytest.approx((1 + 0.5 - 0.5) + adv[1])  # stops at the terminal step
+    assert adv[4] == pytest.approx((1 + 0.5 - 0.5) + adv[5])  # after the gap: its own run
+
+
+def test_the_store_orders_out_of_order_chunks_and_drops_stale_rows():
+    store = OnPolicyStore(gamma=0.9, lam=0.95)
+    late = _rows(1, [2, 3], [1, 1], [0, 0], version=3)
+    early = _rows(1, [0, 1], [1, 1], [0, 0], version=2)
+    stale = _rows(2, [0, 1], [5, 5], [0, 0], version=1)
+    for c in (late, early, stale):
+        store.add(c)
+    batch = store.take(lambda c: np.zeros(len(c["obs/state"])), version=3, max_lag=1)
+    assert batch[Col.STEP].tolist() == [0, 1, 2, 3] and (batch[Col.ENV_ID] == 1).all()
+    assert store.dropped_stale == 2 and store.rows() == 0
+    g, lam = 0.9, 0.95
+    expected = _reference_gae([1, 1, 1, 1], [0, 0, 0, 0], 0.0, g, lam)
+    np.testing.assert_allclose(batch["advantage"], expected, rtol=1e-5)
+    with pytest.raises(ValueError, match="lacks"):
+        store.add({k: v for k, v in early.items() if k != Col.LOG_PROB})
+
+
+def test_grpo_normalises_returns_within_a_group_once_it_is_complete():
+    store = OnPolicyStore(gamma=1.0, lam=1.0, group_size=2)
+    # group 7: env 0 gets return 3, env 1 gets return 1 (episodes of different lengths)
+    store.add(_rows(0, [0, 1, 2], [1, 1, 1], [0, 0, 0], term=[0, 0, 1], group=[7, 7, 7]))
+    assert store.rows() == 0  # half the group has ended
+    store.add(_rows(1, [0, 1], [0, 0], [0, 0], group=[7, 7]))  # still running
+    assert store.rows() == 0
+    store.add(_rows(1, [2], [1], [0], trunc=[1], group=[7]))
+    assert store.rows() == 6
+    batch = store.take(lambda c: None, version=0)
+    adv = dict(zip(zip(batch[Col.ENV_ID].tolist(), batch[Col.STEP].tolist()), batch["advantage"].tolist()))
+    assert adv[(0, 0)] == pytest.approx(1.0) and adv[(1, 2)] == pytest.approx(-1.0)  # (3-2)/1, (1-2)/1
+    assert store.rows() == 0 and store.pending_groups() == 0
+
+
+def test_chunks_run_step_by_step_and_never_cross_an_episode():
+    q = ChunkQueue(2)
+    assert q.empty_rows().tolist() == [0, 1]
+    q.put(np.array([0, 1]), np.arange(2 * 3 * 1, dtype=np.float32).reshape(2, 3, 1), {"value": np.array([5.0, 6.0])}, 4)
+    a, extras, version = q.pop()
+    assert a[:, 0].tolist() == [0, 3] and version == 4 and extras["value"].tolist() == [5, 6]
+    q.drop([1])  # env 1's episode ended: its chunk is thrown away
+    assert q.empty_rows().tolist() == [1]
+    q.put(np.array([1]), np.full((1, 3, 1), 9, np.float32), {"value": np.array([7.0])}, 5)
+    a, _, version = q.pop()
+    assert a[:, 0].tolist() == [1, 9] and version == 4  # the oldest version among the actions
+    with pytest.raises(FloatingPointError):
+        q.put(np.array([0]), np.full((1, 3, 1), np.nan, np.float32), {}, 6)
+
+
+def test_spec_round_trips_and_columns_nest():
+    spec = EnvSpec(state_dim=9, cameras={"wrist": [64, 64]}, active_dims=(0, 1, 2, 6), instruction=True)
+    assert spec.action_dim == 4 and spec.env_state_dim == 9 and spec.cameras == {"wrist": (64, 64)}
+    assert EnvSpec.from_dict(spec.to_dict()) == spec
+    old = {"state_dim": 9, "cameras": {}, "action_dim": 4, "active_dims": [0, 1, 2, 6], "contract_action_dim": 7}
+    assert EnvSpec.from_dict(old).active_dims == (0, 1, 2, 6)  # a checkpoint written before EnvSpec
+    np.testing.assert_array_equal(spec.expand_action(np.ones((2, 4), np.float32))[0], [1, 1, 1, 0, 0, 0, 1])
+    with pytest.raises(ValueError, match="outside"):
+        EnvSpec(state_dim=3, active_dims=(0, 9))
+    obs = {"state": np.zeros((2, 9), np.float32), "images": {"wrist": np.zeros((2, 64, 64, 3), np.uint8)},
+           "instruction": ["pick the red block", "pick the blue block"]}  # fmt: skip
+    cols = flat_obs("obs", obs)
+    assert set(cols) == {"obs/state", "obs/images/wrist", "obs/instruction"}
+    assert cols["obs/instruction"].tolist() == obs["instruction"]
+    nested = nest_columns({**cols, "reward": np.zeros(2)})
+    assert nested["obs"]["images"]["wrist"].shape == (2, 64, 64, 3) and "reward" in nested

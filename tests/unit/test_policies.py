@@ -1,0 +1,108 @@
+"""The policy registry: every policy acts on a batch and returns chunks; capabilities are
+what algorithms check; PPO learns a bandit through the on-policy store; SAC-Flow's flow."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlinf_user.algorithms.base import build_algorithm
+from rlinf_user.config.compose import compose_config
+from rlinf_user.data.segments import OnPolicyStore
+from rlinf_user.env.spec import Col, EnvSpec
+from rlinf_user.policies.base import POLICIES, BCTrainable, HasValue, Reparameterised, ScoresActions, build_policy
+
+SPEC = EnvSpec(state_dim=4, active_dims=(0, 1, 2))
+CAPS = {
+    "mlp": {Reparameterised, BCTrainable},
+    "gaussian_ac": {ScoresActions, HasValue, BCTrainable},
+    "flow": {Reparameterised, BCTrainable},
+}
+
+
+@pytest.mark.parametrize("name", ["mlp", "gaussian_ac", "flow"])
+def test_every_policy_acts_in_chunks_with_its_capabilities(name):
+    torch.manual_seed(0)
+    policy = build_policy(compose_config([f"policy={name}", "policy.hidden=[32,32]"]).policy, SPEC)
+    obs = {"state": torch.randn(5, 4), "images": {}}
+    for deterministic in (True, False):
+        out = policy.act(obs, deterministic=deterministic)
+        assert out.actions.shape == (5, policy.horizon, 3) and out.actions.abs().max() <= 1.0
+        assert all(v.shape[0] == 5 for v in out.extras.values())
+    det = [policy.act(obs, deterministic=True).actions for _ in range(2)]
+    assert torch.equal(*det)  # deterministic means deterministic
+    have = {c for c in (Reparameterised, ScoresActions, HasValue, BCTrainable) if isinstance(policy, c)}
+    assert have == CAPS[name]
+    assert set(POLICIES.names()) >= set(CAPS)
+
+
+def test_flow_policy_is_reparameterised_and_clones_a_multimodal_target():
+    torch.manual_seed(0)
+    policy = build_policy(compose_config(["policy=flow", "policy.hidden=[64,64]"]).policy, SPEC)
+    feats = policy.encoder({"state": torch.randn(64, 4), "images": {}})
+    a, logp = policy.sample_features(feats)
+    assert torch.isfinite(logp).all() and a.abs().max() < 1.0
+    (a.sum() + logp.sum()).backward()  # SAC's actor loss reaches the velocity and noise nets
+    assert policy.velocity.candidate[0].weight.grad.abs().sum() > 0 and policy.log_sigma[0].weight.grad.abs().sum() > 0
+    # BC (flow matching) on a bimodal target: half the labels +0.6, half -0.6 in dim 0
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    state = torch.zeros(256, 4)
+    target = torch.zeros(256, 3)
+    target[:, 0] = torch.where(torch.arange(256) % 2 == 0, 0.6, -0.6)
+    for _ in range(600):
+        loss = policy.bc_loss({"state": state, "images": {}}, target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        feats = policy.encoder({"state": torch.zeros(2000, 4), "images": {}})
+        x = torch.randn(2000, 3)  # integrate the learned field from noise (no added noise)
+        dt = 1.0 / policy.steps
+        for k in range(policy.steps):
+            x = x + dt * policy.velocity(feats, x, torch.full((2000,), k * dt))
+        a0 = torch.tanh(x)[:, 0]
+    near = ((a0 - 0.6).abs() < 0.2) | ((a0 + 0.6).abs() < 0.2)
+    assert near.float().mean() > 0.8 and (a0 > 0).float().mean() > 0.25 and (a0 < 0).float().mean() > 0.25  # both modes
+
+
+def test_ppo_learns_a_bandit_through_the_on_policy_store():
+    """One-step episodes, reward -(a - 0.5)^2 per dim: the mean action moves to 0.5."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    cfg = compose_config(["algo=ppo", "policy=gaussian_ac", "policy.hidden=[32,32]", "algo.lr=3e-3",
+                          "algo.num_minibatches=4", "algo.target_kl=null"])  # fmt: skip
+    algo = build_algorithm(cfg.algo, cfg.policy, SPEC)
+    store = OnPolicyStore(cfg.algo.gamma, cfg.algo.gae_lambda)
+    step = 0
+    for version in range(40):
+        state = rng.normal(size=(64, 4)).astype(np.float32)
+        out = algo.policy.act({"state": torch.as_tensor(state), "images": {}})
+        a = out.actions[:, 0].numpy()
+        reward = -((a - 0.5) ** 2).sum(-1)
+        store.add({
+            "obs/state": state, "next_obs/state": state, Col.ACTION: a, Col.REWARD: reward.astype(np.float32),
+            Col.TERMINATED: np.ones(64, np.float32), Col.TRUNCATED: np.zeros(64, np.float32),
+            Col.ENV_ID: np.arange(64), Col.STEP: np.full(64, step), Col.POLICY_VERSION: np.full(64, version),
+            Col.LOG_PROB: out.extras["log_prob"].numpy(), Col.VALUE: out.extras["value"].numpy(),
+            Col.SAMPLE: out.extras["sample"].numpy(),
+        })  # fmt: skip
+        step += 1
+        m = algo.update(store.take(algo.values, version))
+        assert np.isfinite(m["policy_loss"])
+    mean = algo.policy.act({"state": torch.zeros(1, 4), "images": {}}, deterministic=True).actions[0, 0]
+    assert (mean - 0.5).abs().max() < 0.15, mean
+    assert algo.num_updates == 40
+
+
+def test_a_nan_loss_stops_ppo_with_the_batch_statistics():
+    from rlinf_user.algorithms.base import NonFiniteLoss
+
+    cfg = compose_config(["algo=ppo", "policy=gaussian_ac", "policy.hidden=[8]"])
+    algo = build_algorithm(cfg.algo, cfg.policy, SPEC)
+    n = 8
+    batch = {"obs/state": np.zeros((n, 4), np.float32), Col.SAMPLE: np.zeros((n, 1, 3), np.float32),
+             Col.LOG_PROB: np.full(n, np.nan, np.float32), Col.VALUE: np.zeros(n, np.float32),
+             "advantage": np.ones(n, np.float32), "return": np.ones(n, np.float32)}  # fmt: skip
+    before = {k: v.clone() for k, v in algo.policy.state_dict().items()}
+    with pytest.raises(NonFiniteLoss, match="update 0.*log-prob"):
+        algo.update(batch)
+    assert all(torch.equal(before[k], v) for k, v in algo.policy.state_dict().items())  # nothing was applied
