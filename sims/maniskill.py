@@ -303,6 +303,8 @@ class ManiSkillEnv(ContractEnv):
 
         if cfg.sim_device == "cpu" or not torch.cuda.is_available():
             return None
+        if getattr(cfg, "instruction", None):
+            raise ValueError("env.instruction is not supported by ManiSkill's GPU-parallel envs yet: set env.sim_device=cpu")
         return ManiSkillVectorEnv.from_config(cfg, num_envs=num_envs, seed=seed)
 
     @classmethod

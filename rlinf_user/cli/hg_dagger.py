@@ -38,6 +38,7 @@ def run_hg_dagger(args, console) -> int:
     from rlinf_user.policies.base import build_policy
     from rlinf_user.rundir import attach_log_file, create_run_dir
     from rlinf_user.runtime.bc_learner import BCLearner
+    from rlinf_user.runtime.placement import start_ray
     from rlinf_user.runtime.trainer import check_demos
     from rlinf_user.runtime.weights import WeightStore, WeightSubscriber
     from rlinf_user.teleop.hg_dagger import HGDaggerSession, round_summary, version_summary
@@ -67,10 +68,8 @@ def run_hg_dagger(args, console) -> int:
             from rlinf_user.cli.teleop import open_dataset
 
             writer = open_dataset(cfg, env, args.robot or cfg.env.backend)
-        if not ray.is_initialized():
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray.init(address="local", num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False, log_to_driver=True)
-            started_ray = True
+        started_ray = start_ray({"address": "local", "num_cpus": max(2, os.cpu_count() or 1),
+                                 "include_dashboard": False, "log_to_driver": True})  # fmt: skip
         store = ray.remote(WeightStore).options(num_cpus=0).remote()
         learner = (
             ray.remote(BCLearner)

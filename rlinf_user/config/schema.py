@@ -44,6 +44,9 @@ class EnvConfig:
     # success and keep collecting reward; ~ r_max / (1 - gamma) removes that incentive.
     success_bonus: float = 0.0
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the backend
+    # A language instruction (or a list: one is drawn per episode) every observation
+    # carries; datasets record it as the episode's task. None: no instruction.
+    instruction: Any = None
     edge: EdgeConfig | None = None
 
 

@@ -10,6 +10,7 @@ flat paths such as ``obs/state``, ``obs/images/wrist``, ``next_obs/state``, ``ac
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -86,12 +87,16 @@ class ReplayBuffer:
         n = len(chunk["reward"])
         if not self.storage:
             self.schema = {k: (v.shape[1:], v.dtype) for k, v in chunk.items()}
+            # text columns (instructions) are held as shared Python strings, not fixed-width
             self.storage = {
-                k: np.zeros((self.capacity, *shape), dtype=dtype) for k, (shape, dtype) in self.schema.items()
-            }
+                k: np.empty((self.capacity, *shape), dtype=object) if dtype.kind == "U"
+                else np.zeros((self.capacity, *shape), dtype=dtype)
+                for k, (shape, dtype) in self.schema.items()
+            }  # fmt: skip
         idx = (self.cursor + np.arange(n)) % self.capacity
         for k, arr in self.storage.items():
-            arr[idx] = chunk[k]
+            col = chunk[k]
+            arr[idx] = [sys.intern(str(t)) for t in col] if arr.dtype == object else col
         self.cursor = int((self.cursor + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         self.total_added += n

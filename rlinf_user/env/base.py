@@ -13,6 +13,7 @@ from rlinf_user.env.contract import (
     ContractError,
     action_space,
     check_action,
+    instruction_space,
     observation_space,
 )
 
@@ -29,6 +30,8 @@ class ContractEnv(gym.Env, abc.ABC):
     metadata = {"render_modes": ["rgb_array"]}
     action_spec: ActionSpec = ActionSpec()
     max_episode_steps: int = 100
+    instructions: tuple[str, ...] = ()  # one is drawn per episode (set_instructions)
+    instruction: str | None = None  # this episode's
 
     @classmethod
     def validate_config(cls, env_cfg) -> None:
@@ -41,9 +44,28 @@ class ContractEnv(gym.Env, abc.ABC):
         return None
 
     def _init_spaces(self, state_dim: int, cameras: dict[str, tuple[int, int]]) -> None:
-        self.observation_space = observation_space(state_dim, cameras)
+        self.observation_space = observation_space(state_dim, cameras, instruction=bool(self.instructions))
         self.action_space = action_space()
         self._elapsed = 0
+
+    def set_instructions(self, texts) -> None:
+        """Language instructions for this env (``env.instruction``: one string or a list);
+        each episode draws one (with the reset's seed) and every observation carries it."""
+        texts = [texts] if isinstance(texts, str) else list(texts or ())
+        space = instruction_space()
+        bad = [t for t in texts if not isinstance(t, str) or not t or t not in space]
+        if bad:
+            raise ValueError(f"env.instruction: {bad[0]!r} is not 1-{space.max_length} printable characters")
+        self.instructions = tuple(texts)
+        space = self.observation_space
+        self.observation_space = observation_space(
+            space["state"].shape[0], {k: v.shape[:2] for k, v in space["images"].spaces.items()}, bool(texts)
+        )
+
+    def _with_instruction(self, obs: dict[str, Any]) -> dict[str, Any]:
+        if self.instructions:
+            obs["instruction"] = self.instruction
+        return obs
 
     @abc.abstractmethod
     def _reset(self, seed: int | None) -> tuple[dict[str, Any], dict[str, Any]]: ...
@@ -56,6 +78,9 @@ class ContractEnv(gym.Env, abc.ABC):
         super().reset(seed=seed)
         self._elapsed = 0
         obs, info = self._reset(seed)
+        if self.instructions:
+            self.instruction = self.instructions[int(self.np_random.integers(len(self.instructions)))]
+        obs = self._with_instruction(obs)
         self._check_obs(obs)
         info.setdefault("success", False)
         return obs, info
@@ -63,6 +88,7 @@ class ContractEnv(gym.Env, abc.ABC):
     def step(self, action):
         a = check_action(action)
         obs, reward, terminated, info = self._step(a)
+        obs = self._with_instruction(obs)
         self._check_obs(obs)
         self._elapsed += 1
         # a backend may end an episode early without a terminal state (lost connection)

@@ -9,7 +9,12 @@ Observation (``gymnasium.spaces.Dict``)::
       "state":      Box(float32, (D,))            proprioception (+ task state in sims)
       "images":     Dict{name: Box(uint8, (H, W, 3))}   one entry per camera (may be empty)
       "timestamps": Dict{"state": Box(float64, ()), name: Box(float64, ()) ...}
+      "instruction": Text(max_length=256)           optional: the episode's language instruction
     }
+
+A backend (or ``env.instruction`` in the config) that gives instructions sets one per
+episode and repeats it in every observation of that episode; datasets record it as
+LeRobot's ``task``.
 
 Timestamps are capture times in seconds on the producing host's monotonic clock
 (``time.monotonic``). A simulator stamps its simulated time.
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,6 +43,8 @@ import numpy as np
 from gymnasium import spaces
 
 ACTION_DIM = 7
+MAX_INSTRUCTION_CHARS = 256
+INSTRUCTION_CHARSET = string.printable
 ACTION_NAMES = ("dx", "dy", "dz", "drx", "dry", "drz", "gripper")
 FRAMES = ("base", "tool")
 
@@ -61,23 +69,29 @@ def action_space() -> spaces.Box:
     return spaces.Box(-1.0, 1.0, shape=(ACTION_DIM,), dtype=np.float32)
 
 
+def instruction_space() -> spaces.Text:
+    return spaces.Text(max_length=MAX_INSTRUCTION_CHARS, min_length=0, charset=INSTRUCTION_CHARSET)
+
+
 def observation_space(
-    state_dim: int, cameras: Mapping[str, tuple[int, int]] | None = None
+    state_dim: int, cameras: Mapping[str, tuple[int, int]] | None = None, instruction: bool = False
 ) -> spaces.Dict:
-    """Build the contract observation space for ``state_dim`` and ``{camera: (H, W)}``."""
+    """Build the contract observation space for ``state_dim`` and ``{camera: (H, W)}``
+    (with a language ``instruction`` entry when asked)."""
     cameras = dict(cameras or {})
     images = {
         name: spaces.Box(0, 255, shape=(h, w, 3), dtype=np.uint8) for name, (h, w) in cameras.items()
     }
     stamp = spaces.Box(0.0, np.inf, shape=(), dtype=np.float64)
     stamps = {"state": stamp, **{name: stamp for name in cameras}}
-    return spaces.Dict(
-        {
-            "state": spaces.Box(-np.inf, np.inf, shape=(state_dim,), dtype=np.float32),
-            "images": spaces.Dict(images),
-            "timestamps": spaces.Dict(stamps),
-        }
-    )
+    entries = {
+        "state": spaces.Box(-np.inf, np.inf, shape=(state_dim,), dtype=np.float32),
+        "images": spaces.Dict(images),
+        "timestamps": spaces.Dict(stamps),
+    }
+    if instruction:
+        entries["instruction"] = instruction_space()
+    return spaces.Dict(entries)
 
 
 def make_observation(
@@ -141,6 +155,13 @@ def validate_observation(obs: Mapping[str, Any], space: spaces.Dict) -> None:
             raise ContractError(f"camera {name!r} has no capture timestamp")
     if "state" not in obs["timestamps"]:
         raise ContractError("observation['timestamps'] lacks 'state'")
+    if "instruction" in space.spaces:
+        text = obs.get("instruction")
+        if not isinstance(text, str) or text not in space["instruction"]:
+            raise ContractError(
+                f"observation['instruction'] must be a string of at most {MAX_INSTRUCTION_CHARS} printable "
+                f"characters, got {text!r:.80}"
+            )
     for name, t in obs["timestamps"].items():
         if not math.isfinite(float(t)):
             raise ContractError(f"timestamp {name!r} is not finite")

@@ -39,7 +39,11 @@ def backend_class(kind: str, name: str) -> type[ContractEnv]:
 
 def make_env(env_cfg: Any, seed: int | None = None) -> ContractEnv:
     """Build one env from an ``EnvConfig`` (see ``rlinf_user.config.schema``)."""
-    return backend_class(env_cfg.kind, env_cfg.backend).from_config(env_cfg, seed=seed)
+    env = backend_class(env_cfg.kind, env_cfg.backend).from_config(env_cfg, seed=seed)
+    texts = getattr(env_cfg, "instruction", None)
+    if texts:
+        env.set_instructions(list(texts) if not isinstance(texts, str) else texts)
+    return env
 
 
 def validate_env_config(env_cfg: Any) -> None:

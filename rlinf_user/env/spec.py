@@ -22,9 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rlinf_user.env.contract import ACTION_DIM
-
-MAX_INSTRUCTION_CHARS = 256  # the contract's Text space bound; stored as fixed-width unicode
+from rlinf_user.env.contract import ACTION_DIM, MAX_INSTRUCTION_CHARS
 
 
 class Col:
@@ -140,8 +138,10 @@ class EnvSpec:
 
 
 def instruction_array(texts, n: int | None = None) -> np.ndarray:
-    """Instructions as a fixed-width unicode array (storable, stackable)."""
-    arr = np.asarray(["" if t is None else str(t) for t in texts], dtype=f"<U{MAX_INSTRUCTION_CHARS}")
+    """Instructions as a unicode array as wide as the longest (storable without pickle)."""
+    arr = np.asarray(["" if t is None else str(t) for t in texts], dtype=str)
+    if arr.dtype.itemsize // 4 > MAX_INSTRUCTION_CHARS:
+        raise ValueError(f"an instruction is longer than {MAX_INSTRUCTION_CHARS} characters")
     if n is not None and len(arr) != n:
         raise ValueError(f"{len(arr)} instructions for a batch of {n}")
     return arr

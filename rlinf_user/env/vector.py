@@ -47,12 +47,9 @@ class EnvBatch:
         self.num_envs = len(self.envs)
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
-        self._seed: int | None = None
-        self._episodes = 0
 
     def reset(self, seed: int | None = None, seeds: Sequence[int | None] | None = None) -> dict[str, Any]:
         """Reset every env: env ``i`` with ``seeds[i]`` when given, else ``seed + 1000 i``."""
-        self._seed = seed
         obs = []
         for i, env in enumerate(self.envs):
             s = seeds[i] if seeds is not None else (None if seed is None else seed + 1000 * i)
@@ -68,7 +65,6 @@ class EnvBatch:
             if te or tr:
                 info = dict(info)
                 info["final_obs"] = o
-                self._episodes += 1
                 o, _ = env.reset(seed=None if reset_seeds is None else reset_seeds[i])
             obs.append(o)
             rews.append(r)
@@ -84,7 +80,6 @@ class EnvBatch:
         )
 
     def end_episode(self, i: int) -> dict[str, Any]:
-        self._episodes += 1
         obs, _ = self.envs[i].reset()
         return obs
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from rlinf_user.env.registry import make_vector_env
-from rlinf_user.env.spec import Col, EnvSpec, flat_obs, index_obs, obs_to_torch
+from rlinf_user.env.spec import Col, EnvSpec, flat_obs, index_obs, instruction_array, obs_to_torch
 from rlinf_user.runtime.chunks import ChunkQueue
 from rlinf_user.runtime.seeds import group_id, group_seed
 
@@ -326,8 +326,7 @@ class EnvWorker:
         if not done.any():
             return fleet_next
         out = {Col.STATE: fleet_next[Col.STATE].copy(), Col.IMAGES: {k: v.copy() for k, v in fleet_next[Col.IMAGES].items()}}
-        if Col.INSTRUCTION in fleet_next:
-            out[Col.INSTRUCTION] = np.array(fleet_next[Col.INSTRUCTION], copy=True)
+        texts = list(fleet_next[Col.INSTRUCTION]) if Col.INSTRUCTION in fleet_next else None
         for i in np.flatnonzero(done):
             final = infos[i]["final_obs"]
             one = {Col.STATE: final[Col.STATE][None], Col.IMAGES: {k: v[None] for k, v in final[Col.IMAGES].items()}}
@@ -337,8 +336,10 @@ class EnvWorker:
             out[Col.STATE][i] = one[Col.STATE][0]
             for k in out[Col.IMAGES]:
                 out[Col.IMAGES][k][i] = one[Col.IMAGES][k][0]
-            if Col.INSTRUCTION in out and Col.INSTRUCTION in one:
-                out[Col.INSTRUCTION][i] = one[Col.INSTRUCTION][0]
+            if texts is not None and Col.INSTRUCTION in one:
+                texts[i] = one[Col.INSTRUCTION][0]
+        if texts is not None:
+            out[Col.INSTRUCTION] = instruction_array(texts)
         return out
 
     def _episode_done(self, i: int, info: dict[str, Any]) -> dict[str, Any]:
@@ -372,6 +373,10 @@ class EnvWorker:
             for part in ("images", "timestamps"):
                 for k in next_obs[part]:
                     next_obs[part][k][i] = first[part][k]
+            if Col.INSTRUCTION in next_obs:  # rebuilt: the new text may be longer than the array's width
+                texts = list(next_obs[Col.INSTRUCTION])
+                texts[i] = first[Col.INSTRUCTION]
+                next_obs[Col.INSTRUCTION] = instruction_array(texts)
             infos[i] = {**infos[i], "final_obs": final, "ended_by": "reward_classifier"}
             terms[i] = True
         return terms

@@ -15,9 +15,12 @@ workers to the node that offers them.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 MODES = ("collocated", "disaggregated")
 GROUP_SHARE = 0.01  # what a role asks of its group's resource: up to 100 roles per node
@@ -116,6 +119,20 @@ def make_plan(placement_cfg, gpu_available: bool) -> Plan:
     return Plan(
         mode, learner, env_worker, replay, weights, int(placement_cfg.num_env_workers), eval_worker, groups, rollout, reward
     )
+
+
+def start_ray(kwargs: dict[str, Any]) -> bool:
+    """``ray.init(**kwargs)`` unless this process already did; True when started here.
+    Local runs need no Ray auth token and keep every worker's log lines."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    log.info("starting Ray: %s", kwargs)
+    ray.init(**kwargs)
+    return True
 
 
 def ray_init_kwargs(placement_cfg, plan: Plan, extra_resources: tuple = (), env_worker_cpus: float | None = None) -> dict[str, Any]:

@@ -11,13 +11,12 @@ synchronous rounds for on-policy ones); what the run records is in
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rlinf_user.rundir import write_json
-from rlinf_user.runtime.placement import make_plan, ray_init_kwargs
+from rlinf_user.runtime.placement import make_plan, ray_init_kwargs, start_ray
 from rlinf_user.runtime.run_record import RECENT_EPISODES, Progress, RunError, RunRecord, root_cause
 from rlinf_user.runtime.supervision import Supervision
 from rlinf_user.runtime.workers import START_TIMEOUT_S, PoolError, WorkerPool
@@ -33,8 +32,6 @@ def _ray_init(cfg, plan) -> bool:
 
     if ray.is_initialized():
         return False
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     from rlinf_user.runtime.fleet import members
 
     try:  # one machine offers every member's robot itself, and a CPU for each worker
@@ -42,10 +39,7 @@ def _ray_init(cfg, plan) -> bool:
     except ValueError as err:
         raise RunError(str(err)) from err
     wanted = tuple({k: v * m.workers for k, v in m.resources.items()} for m in ms)
-    kwargs = ray_init_kwargs(cfg.placement, plan, wanted, sum(m.num_cpus * m.workers for m in ms))
-    log.info("starting Ray: %s", kwargs)
-    ray.init(**kwargs)
-    return True
+    return start_ray(ray_init_kwargs(cfg.placement, plan, wanted, sum(m.num_cpus * m.workers for m in ms)))
 
 
 class Trainer(Supervision):
@@ -150,9 +144,8 @@ class Trainer(Supervision):
         # A simulator gets its own evaluation worker (member 0's env). A robot is one
         # physical thing: its first training worker runs the evaluation episodes between
         # rollout chunks.
-        self.shares_robot = self.members[0].env.kind == "robot"
         self._own_eval_worker = None
-        if not self.shares_robot:
+        if self.members[0].env.kind != "robot":
             self._own_eval_worker = self._new_eval_worker()
         if self.cfg.resume:
             log.info("replay after restore: %s", ray.get(self.learner.replay_stats.remote()))

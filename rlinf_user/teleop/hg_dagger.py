@@ -89,6 +89,7 @@ class HGDaggerSession:
 
     def episode(self, round_: int, index: int, kind: str, seed: int | None) -> EpisodeLog:
         obs, _ = self.env.reset(seed=seed)
+        task = obs.get("instruction") or self.task  # the episode's language instruction is its task
         self.gate.reset()
         self.device.release()
         if self.human is not None and hasattr(self.human, "reset"):
@@ -140,7 +141,7 @@ class HGDaggerSession:
                 self.writer.update_last_frame(**{"next.done": True, "next.truncated": True})
             outcome = "device_lost" if lost else ("success" if success else "failure")
             idx = self.writer.save_episode(
-                self.task,
+                task,
                 extra={"success": success, "outcome": outcome, "hg_dagger_kind": kind, "round": round_},
             )
         entry = EpisodeLog(

@@ -139,6 +139,7 @@ class Recorder:
     def episode(self, seed: int | None = None) -> EpisodeResult:
         while True:  # re-record loops here
             obs, _ = self.env.reset(seed=seed)
+            task = obs.get("instruction") or self.task  # the episode's language instruction is its task
             if not self.device.started and self.before_step is None:
                 self.device.start()  # device input counts from when the robot is ready
             self.device.release()
@@ -162,7 +163,7 @@ class Recorder:
                         self.writer.discard_episode()
                         return EpisodeResult(None, "device_lost", 0, False, time.monotonic() - t0)
                     self._mark_last_truncated()
-                    idx = self.writer.save_episode(self.task, extra=self._extra("device_lost", False, steps))
+                    idx = self.writer.save_episode(task, extra=self._extra("device_lost", False, steps))
                     return EpisodeResult(idx, "device_lost", steps, False, time.monotonic() - t0)
                 if "stop" in cmd.events:
                     self.writer.discard_episode()
@@ -176,7 +177,7 @@ class Recorder:
                     ok = "success" in cmd.events
                     self._mark_last_done(ok)
                     kind = "success" if ok else "failure"
-                    idx = self.writer.save_episode(self.task, extra=self._extra(kind, ok, steps))
+                    idx = self.writer.save_episode(task, extra=self._extra(kind, ok, steps))
                     return EpisodeResult(idx, kind, steps, ok, time.monotonic() - t0)
                 action = cmd.action()
                 self._gripper = action[6]
@@ -192,7 +193,7 @@ class Recorder:
                 obs = next_obs
                 if terminated or truncated:
                     kind = "success" if success else ("failure" if terminated else "timeout")
-                    idx = self.writer.save_episode(self.task, extra=self._extra(kind, success, steps))
+                    idx = self.writer.save_episode(task, extra=self._extra(kind, success, steps))
                     return EpisodeResult(idx, kind, steps, success, time.monotonic() - t0)
                 pacer.wait()
             if outcome == "rerecord":
