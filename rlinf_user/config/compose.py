@@ -133,8 +133,16 @@ def validate(cfg: DictConfig) -> None:
         cfg.env.backend == "gym_hil" and "PickCube" in str(cfg.env.task)
     ):
         raise ConfigError("intervention.synthetic_human=true drives gym_hil's PandaPickCube only")
-    if cfg.policy.name == "cnn" and not cfg.env.cameras:
-        raise ConfigError("policy=cnn needs cameras: set env.cameras=[<camera>, ...]")
+    from rlinf_user.policies.encoders import encoder_kind
+
+    encoder = encoder_kind(cfg.policy)
+    if encoder == "cnn" and not cfg.env.cameras:
+        raise ConfigError(f"policy={cfg.policy.name} with a cnn encoder needs cameras: set env.cameras=[<camera>, ...]")
+    if encoder == "mlp" and cfg.env.cameras and cfg.policy.name != "mlp":
+        raise ConfigError(
+            f"policy={cfg.policy.name} with policy.encoder=mlp would ignore env.cameras={list(cfg.env.cameras)}: "
+            "set policy.encoder=cnn (or env.cameras=[])"
+        )
     if cfg.placement.weight_transport not in ("tcp", "ray"):
         raise ConfigError(f"placement.weight_transport={cfg.placement.weight_transport!r}: use tcp or ray")
     if cfg.placement.get("weight_link") is not None:

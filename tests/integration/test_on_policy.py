@@ -79,3 +79,22 @@ def test_grpo_groups_start_from_one_seed_and_train_on_complete_groups(tmp_path, 
     _, p, summary = run(on_policy_cfg(tmp_path, "grpo", "algo.group_size=2", "env.max_episode_steps=10"))
     stats = summary["replay"]
     assert stats["updates"] > 0 and stats["rows_trained"] % 10 == 0  # whole episodes only
+
+
+def test_a_nan_loss_stops_the_run_before_anything_is_saved_and_resume_goes_on(tmp_path, ray_runtime):
+    import torch
+
+    from rlinf_user.runtime.run_record import RunError
+
+    cfg = on_policy_cfg(tmp_path, "ppo", "algo.reward_scale=1e39")  # rewards overflow to inf
+    run_dir = create_run_dir(cfg)
+    with pytest.raises(RunError, match=r"the learner stopped: .*non-finite PPO loss at update 0.*resume="):
+        with Trainer(cfg, run_dir) as trainer:
+            trainer.run()
+    for ckpt in (run_dir / "checkpoints").glob("ckpt-*.pt"):  # whatever was saved holds finite weights
+        state = torch.load(ckpt, weights_only=True)["agent"]["policy"]
+        assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+    resumed = on_policy_cfg(tmp_path, "ppo", f"resume={run_dir}", "total_env_steps=160")
+    with Trainer(resumed, run_dir) as trainer:
+        p = trainer.run()
+    assert p.updates >= 2 and p.env_steps >= 160

@@ -69,6 +69,11 @@ def test_an_algorithm_refuses_a_policy_that_cannot_serve_it():
     with pytest.raises(ConfigError, match="group_size=3 must divide"):
         validate(compose_config(["algo=grpo", "policy=gaussian_ac", "algo.group_size=3", "placement.envs_per_worker=4"]))
     validate(compose_config(["algo=grpo", "policy=gaussian_ac", "algo.group_size=2", "placement.envs_per_worker=4"]))
+    with pytest.raises(ConfigError, match="policy.encoder=mlp would ignore env.cameras"):
+        validate(compose_config(["algo=sac_flow", "policy=flow", "env.cameras=[base_camera]"], sim="maniskill"))
+    validate(compose_config(["algo=sac_flow", "policy=flow", "policy.encoder=cnn", "env.cameras=[base_camera]"], sim="maniskill"))
+    with pytest.raises(ConfigError, match="algo=sac_flow trains a flow policy"):
+        validate(compose_config(["algo=sac_flow"]))
     with pytest.raises(ConfigError, match="demos= is not used"):
         validate(compose_config(["algo=ppo", "policy=gaussian_ac", "demos=somewhere"]))
 
