@@ -91,6 +91,7 @@ class EnvWorker:
         self.rollout_server = rollout
         self.rollout_dead = False
         self.version = -1  # the policy version of the latest actions
+        self.min_version: int | None = None  # a synchronous round's policy version
         self.on_policy = on_policy(cfg)
         # GRPO: envs in groups of group_size; the k-th episode of every env in a group
         # resets from the same seed
@@ -224,7 +225,7 @@ class EnvWorker:
         if self.rollout_server is None or self.rollout_dead:
             raise RolloutLost("no rollout server")
         try:
-            actions, extras, version = ray.get(self.rollout_server.act.remote(obs))
+            actions, extras, version = ray.get(self.rollout_server.act.remote(obs, False, self.min_version))
         except ray.exceptions.RayActorError as err:
             self.rollout_dead = True
             log.error("the rollout server is gone (%s); waiting for a new one", type(err).__name__)
@@ -238,10 +239,11 @@ class EnvWorker:
         first, and return only once every transition has reached the learner."""
         if self.spec is None:
             raise RuntimeError("this fleet worker was not attached to the learner's spec yet")
+        self.min_version = min_version
         if self.weights is not None and (self.weights.version < 0 or min_version is not None):
             self.weights.wait_for(max(0, min_version or 0))
-            if min_version is not None:
-                self.chunks.clear()  # actions of an older policy are not executed
+        if min_version is not None:
+            self.chunks.clear()  # actions of an older policy are not executed
         episodes: list[dict[str, Any]] = []
         t0 = time.perf_counter()
         steps = 0

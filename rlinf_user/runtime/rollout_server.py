@@ -61,7 +61,7 @@ class RolloutServer:
                 link=LinkSpec.from_config(cfg.placement.get("weight_link")),
             )
         self._exec = ThreadPoolExecutor(1, thread_name_prefix="rollout-forward")
-        self._queue: list[tuple[dict[str, Any], bool, asyncio.Future]] = []
+        self._queue: list[tuple[dict[str, Any], bool, asyncio.Future, int | None]] = []
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self.requests = 0
@@ -71,10 +71,13 @@ class RolloutServer:
         self.forward_s = 0.0
 
     # -- serving ----------------------------------------------------------------------------
-    async def act(self, obs: dict[str, Any], deterministic: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
+    async def act(
+        self, obs: dict[str, Any], deterministic: bool = False, min_version: int | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
         """Action chunks ``(B, H, A)`` (over the spec's active dims, float32) for a batch of
         observations already adapted to the run's spec, the policy's extras (log-prob,
-        value ...) per row, and the version that made them."""
+        value ...) per row, and the version that made them. ``min_version`` (synchronous
+        on-policy rounds): answered by that version or a newer one, waiting for it."""
         n = batch_rows(obs)
         for k in self.spec.cameras:
             if k not in obs["images"] or np.asarray(obs["images"][k]).shape[0] != n:
@@ -88,7 +91,7 @@ class RolloutServer:
             self._wake = asyncio.Event()
             self._task = loop.create_task(self._serve())
         fut = loop.create_future()
-        self._queue.append((obs, bool(deterministic), fut))
+        self._queue.append((obs, bool(deterministic), fut, min_version))
         self._wake.set()
         return await fut
 
@@ -97,7 +100,7 @@ class RolloutServer:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self.max_wait_s > 0 and sum(batch_rows(o) for o, _, _ in self._queue) < self.max_batch:
+            if self.max_wait_s > 0 and sum(batch_rows(item[0]) for item in self._queue) < self.max_batch:
                 await asyncio.sleep(self.max_wait_s)
             while self._queue:
                 take, rows, rest = [], 0, []
@@ -111,15 +114,16 @@ class RolloutServer:
                         rest.append(item)
                 self._queue = rest
                 try:
-                    joined = concat_obs([o for o, _, _ in take])
-                    actions, extras, version = await loop.run_in_executor(self._exec, self._forward, joined, mode)
+                    joined = concat_obs([item[0] for item in take])
+                    floor = max((item[3] for item in take if item[3] is not None), default=None)
+                    actions, extras, version = await loop.run_in_executor(self._exec, self._forward, joined, mode, floor)
                 except Exception as err:  # noqa: BLE001 - the callers get it, the server serves on
-                    for _, _, fut in take:
-                        if not fut.done():
-                            fut.set_exception(err)
+                    for item in take:
+                        if not item[2].done():
+                            item[2].set_exception(err)
                     continue
                 start = 0
-                for o, _, fut in take:
+                for o, _, fut, _ in take:
                     n = batch_rows(o)
                     if not fut.done():
                         fut.set_result((actions[start : start + n], {k: v[start : start + n] for k, v in extras.items()}, version))
@@ -129,9 +133,13 @@ class RolloutServer:
                 self.batches += 1
                 self.max_rows = max(self.max_rows, rows)
 
-    def _forward(self, obs: dict[str, Any], deterministic: bool) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
+    def _forward(
+        self, obs: dict[str, Any], deterministic: bool, min_version: int | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
         if self.weights is not None:
-            if self.weights.version < 0:
+            if min_version is not None and self.weights.version < min_version:
+                self.weights.wait_for(min_version)
+            elif self.weights.version < 0:
                 self.weights.sync()
             else:
                 self.weights.poll()

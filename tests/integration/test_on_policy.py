@@ -43,8 +43,11 @@ def run(cfg):
     return run_dir, progress, json.loads((run_dir / "eval" / "summary.json").read_text())
 
 
-def test_sync_ppo_rounds_use_exactly_the_newest_policy(tmp_path, ray_runtime):
-    run_dir, p, summary = run(on_policy_cfg(tmp_path))
+@pytest.mark.parametrize("served", [False, True], ids=["policy-in-worker", "rollout-server"])
+def test_sync_ppo_rounds_use_exactly_the_newest_policy(tmp_path, ray_runtime, served):
+    run_dir, p, summary = run(on_policy_cfg(tmp_path, "ppo", f"placement.rollout.enabled={str(served).lower()}"))
+    if served:  # the server answered every training step, with the log-probs and values PPO needs
+        assert summary["rollout_server"]["rows"] >= 800 and summary["rollout_restarts"] == 0
     rounds = 800 // (2 * 2 * 20)
     stats = summary["replay"]
     assert summary["algo"] == "ppo" and p.env_steps == 800
