@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_user.algorithms.base import ON_POLICY, build_algorithm
+from rlinf_user.algorithms.base import ALGORITHMS, ON_POLICY, build_algorithm
 from rlinf_user.env.spec import Col, EnvSpec, columns_to_torch
 
 log = logging.getLogger(__name__)
@@ -104,9 +104,7 @@ class Learner:
     def bc_warmup(self, updates: int) -> float:
         """Behaviour-clone the policy on the demonstrations before any RL update, so the
         first published policy already does what the demonstrator did."""
-        from rlinf_user.algorithms.bc import BC
-
-        bc = BC.for_policy(self.algo.policy, lr=float(self.cfg.algo.get("actor_lr", 1e-3)))
+        bc = ALGORITHMS.get("bc").for_policy(self.algo.policy, lr=float(self.cfg.algo.get("actor_lr", 1e-3)))
         loss = float("nan")
         for _ in range(updates):
             if self.local_replay is not None:

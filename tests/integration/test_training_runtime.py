@@ -138,3 +138,29 @@ def test_learner_killed_with_sigkill_comes_back_and_loses_no_data(tmp_path, ray_
     t = transitions(run_dir)
     assert len(t["reward"]) >= progress.env_steps  # nothing lost (a resent chunk may appear twice)
     assert t["policy_version"].max() > killed["version"]  # workers got the restarted learner's weights
+
+
+def test_sac_flow_trains_a_flow_policy_through_the_same_runtime(tmp_path, ray_runtime):
+    """algo=sac_flow policy=flow: the runtime is unchanged; the learner's checkpoint loads
+    back into a flow policy that evaluation runs."""
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.evaluation import checkpoint_spec, evaluate_policy, load_policy_from_checkpoint
+    from rlinf_user.runtime.learner import latest_checkpoint
+
+    cfg = pushcube_cfg(tmp_path, "algo=sac_flow", "policy=flow", "policy.flow_steps=3")
+    run_dir = create_run_dir(cfg)
+    with Trainer(cfg, run_dir) as trainer:
+        progress = trainer.run()
+    summary = json.loads((run_dir / "eval" / "summary.json").read_text())
+    assert summary["algo"] == "sac_flow" and progress.updates > 0 and progress.version > 0
+    ckpt = latest_checkpoint(run_dir)
+    policy, version = load_policy_from_checkpoint(ckpt, cfg, checkpoint_spec(ckpt))
+    assert type(policy).__name__ == "FlowPolicy" and policy.steps == 3 and version == progress.version
+    env = make_env(cfg.env, seed=0)
+    try:
+        result = evaluate_policy(env, policy, 1)
+    finally:
+        env.close()
+    assert result["episodes"] == 1 and np.isfinite(result["mean_return"])
+    with pytest.raises(ValueError, match="does not fit policy=mlp"):
+        load_policy_from_checkpoint(ckpt, pushcube_cfg(tmp_path), checkpoint_spec(ckpt))
