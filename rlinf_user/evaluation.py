@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rlinf_user.env.spec import EnvSpec, obs_to_torch, stack_obs
+from rlinf_user.runtime.seeds import EVAL_EPISODE_SEED
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def checkpoint_spec(path: str | Path) -> EnvSpec | None:
 
 
 def evaluate_policy(
-    env, policy, episodes: int, video_episodes: int = 0, seed: int = 10_000, adapter=None
+    env, policy, episodes: int, video_episodes: int = 0, seed: int = EVAL_EPISODE_SEED, adapter=None
 ) -> dict[str, Any]:
     """``adapter`` (:class:`rlinf_user.runtime.fleet.Adapter`): the policy was trained on a
     fleet's union spec; it maps this env's observations in and actions out."""

@@ -15,6 +15,7 @@ def run_eval(args, console) -> int:
     from rlinf_user.evaluation import evaluate_policy, load_policy_from_checkpoint, write_video
     from rlinf_user.rundir import write_json
     from rlinf_user.runtime.learner import latest_checkpoint
+    from rlinf_user.runtime.seeds import EVAL_ENV_OFFSET
 
     target = Path(args.run)
     if target.is_file():
@@ -44,7 +45,7 @@ def run_eval(args, console) -> int:
 
         raise ConfigError(f"--member {name}: this run's fleet members are {', '.join(names)}")
     member = fleet[names.index(name)]
-    env = make_env(member.env, seed=cfg.seed + 12345)
+    env = make_env(member.env, seed=cfg.seed + EVAL_ENV_OFFSET)
     trained = checkpoint_spec(ckpt) or EnvSpec.of_env(env)
     adapter = Adapter(EnvSpec.of_env(env), trained, member.index)
     policy, version = load_policy_from_checkpoint(ckpt, cfg, trained)

@@ -157,6 +157,7 @@ def run_hg_dagger(args, console) -> int:
 def _synthetic_setup(env, spec, cfg, console, run_dir):
     """A scripted supervisor on a simulated SpaceMouse; it records the demonstrations
     first unless ``demos=`` gives some. Returns (device, supervisor, demos folder)."""
+    from rlinf_user.runtime.seeds import DEMO_EPISODE_OFFSET
     from rlinf_user.data import lerobot_format as fmt
     from rlinf_user.data.lerobot_writer import LeRobotWriter
     from rlinf_user.robots.teleop.device import QueueSource
@@ -172,7 +173,7 @@ def _synthetic_setup(env, spec, cfg, console, run_dir):
         writer = LeRobotWriter(root, 10, fmt.contract_features(spec.state_dim, {}, 10))
         n = int(cfg.hg_dagger.synthetic_demos)
         Recorder(env, device, writer, "pick", rate_hz=0, before_step=SyntheticHuman(hand, PickCubeExpert())).run(
-            n, seed=cfg.seed + 10_000
+            n, seed=cfg.seed + DEMO_EPISODE_OFFSET
         )
         console.print(f"synthetic human recorded {n} demonstrations in {root}")
     expert = PickCubeExpert()

@@ -7,6 +7,8 @@ RESTART_STRIDE = 104_729  # a replaced worker (generation g) moves on by this mu
 EVAL_WORKER_OFFSET = 999_983  # the simulator evaluation worker's own envs
 EVAL_WORKER_ID = 999  # its worker id (env ids 999_000...)
 EVAL_EPISODE_SEED = 10_000  # evaluation episode k resets with this + k
+EVAL_ENV_OFFSET = 12_345  # `rlinf-user eval`'s env construction seed (its episodes: EVAL_EPISODE_SEED + k)
+DEMO_EPISODE_OFFSET = 10_000  # synthetic demonstrations record from seed + this + k
 ENV_IN_BATCH_STRIDE = 1000  # env j of a worker's batch resets with seed + this * j
 GROUP_SEED_OFFSET = 7_777_777  # GRPO reset seeds: a separate stream from training resets
 
