@@ -157,11 +157,11 @@ def run_hg_dagger(args, console) -> int:
 def _synthetic_setup(env, spec, cfg, console, run_dir):
     """A scripted supervisor on a simulated SpaceMouse; it records the demonstrations
     first unless ``demos=`` gives some. Returns (device, supervisor, demos folder)."""
-    from rlinf_user.runtime.seeds import DEMO_EPISODE_OFFSET
     from rlinf_user.data import lerobot_format as fmt
     from rlinf_user.data.lerobot_writer import LeRobotWriter
     from rlinf_user.robots.teleop.device import QueueSource
     from rlinf_user.robots.teleop.spacemouse import SpaceMouse
+    from rlinf_user.runtime.seeds import DEMO_EPISODE_OFFSET
     from rlinf_user.teleop.record import Recorder
     from rlinf_user.teleop.synthetic import PickCubeExpert, SpaceMouseHand, StallRule, SyntheticHuman
 

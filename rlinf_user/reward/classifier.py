@@ -31,13 +31,14 @@ class SuccessClassifier(nn.Module):
     ):
         from omegaconf import OmegaConf
 
+        from rlinf_user.env.spec import EnvSpec
         from rlinf_user.policies.encoders import build_encoder
 
         super().__init__()
         self.encoder_cfg = dict(encoder_cfg)
         self.state_dim = int(state_dim)
         self.cameras = {k: tuple(v) for k, v in cameras.items()}
-        self.encoder = build_encoder(OmegaConf.create(self.encoder_cfg), self.state_dim, self.cameras)
+        self.encoder = build_encoder(OmegaConf.create(self.encoder_cfg), EnvSpec(self.state_dim, self.cameras))
         width = self.encoder(self._dummy()).shape[-1]
         self.head = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 

@@ -69,6 +69,7 @@ class EnvWorker:
         reward_name: str | None = None,
     ):
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
+        torch.manual_seed(int(seed))  # the policy's sampling is reproducible per worker seed
         self.cfg = cfg
         self.worker_id = worker_id
         self.seed = int(seed)

@@ -63,32 +63,3 @@ def test_sac_learns_pushcube(tmp_path):
     env.close()
     assert abs(again["success_rate"] - summary["best_eval_success"]) <= 0.1, (again, summary["best"])
 
-
-PPO_THRESHOLD = 0.4
-
-
-@pytest.mark.slow
-def test_ppo_learns_pushcube(tmp_path):
-    """Synchronous PPO (2 workers x 8 envs, 50 steps each per round) from scratch: the
-    evaluation success rate on episodes from reset seeds training never uses must reach the
-    stated rate (the committed benchmark takes it to 90%)."""
-    import ray
-
-    cfg = compose_config(
-        ["env.task=PushCube-v1", "algo=ppo", "policy=gaussian_ac", "seed=0", "total_env_steps=120000",
-         f"target_success={PPO_THRESHOLD}", "eval_every_steps=10000", "eval_episodes=20", "placement.num_env_workers=2",
-         "placement.envs_per_worker=8", "buffer.persist=false", f"run_root={tmp_path}", "run_name=ppo", "progress=false"],
-        sim="maniskill",
-    )  # fmt: skip
-    validate(cfg)
-    run_dir = create_run_dir(cfg)
-    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
-    try:
-        with Trainer(cfg, run_dir) as trainer:
-            progress = trainer.run()
-    finally:
-        ray.shutdown()
-    print("PushCube PPO learning:", json.dumps(progress.history))
-    summary = json.loads((run_dir / "eval" / "summary.json").read_text())
-    assert summary["algo"] == "ppo" and summary["replay"]["max_policy_lag"] == 0
-    assert summary["best_eval_success"] >= PPO_THRESHOLD, progress.history
