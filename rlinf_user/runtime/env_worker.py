@@ -1,14 +1,12 @@
 """Env worker: steps a batch of contract envs with the latest published policy.
 
-It never waits for the learner: weights are polled without blocking between steps, and
-transition chunks are sent to the replay sink with at most ``max_inflight`` sends
-outstanding. Every transition records the policy version that produced it and an
-intervention flag.
-
-With ``placement.rollout.enabled`` the worker holds no policy for training steps: it asks
-the run's rollout server (:mod:`rlinf_user.runtime.rollout_server`) for each step's
-actions. A server that dies ends the rollout call early with ``rollout_lost`` (every
-step taken so far is kept, the episodes in flight go on) until the run hands over a new one.
+Weights are polled without blocking between steps (a synchronous on-policy round waits
+for its version first); chunks of transitions (:class:`rlinf_user.env.spec.Col`) go to
+the sink with at most ``max_inflight`` sends outstanding, each row stamped with the
+acting policy version, env id, step number and intervention flag, plus the policy's
+log-prob/value/sample for on-policy algorithms. Action chunks run step by step.
+With ``placement.rollout.enabled`` the rollout server acts; a server that dies ends the
+call early with ``rollout_lost`` (steps kept, episodes go on) until a new one is handed over.
 """
 
 from __future__ import annotations
