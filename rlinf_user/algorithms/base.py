@@ -92,11 +92,14 @@ class Algorithm:
         """CPU copy of the rollout policy's weights, for publication."""
         return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
 
-    def checkpoint_state(self) -> dict[str, Any]:  # pragma: no cover
-        raise NotImplementedError
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The policy and the one optimiser ``self.opt`` (algorithms with more override this)."""
+        return {"policy": self.policy.state_dict(), "opt": self.opt.state_dict(), "num_updates": self.num_updates}
 
-    def load_checkpoint_state(self, state: dict[str, Any]) -> None:  # pragma: no cover
-        raise NotImplementedError
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.opt.load_state_dict(state["opt"])
+        self.num_updates = int(state["num_updates"])
 
 
 def _members(proto) -> list[str]:

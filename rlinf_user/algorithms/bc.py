@@ -42,11 +42,3 @@ class BC(Algorithm):
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         return {"bc_loss": self.step(batch["obs"], batch["action"])}
-
-    def checkpoint_state(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "opt": self.opt.state_dict(), "num_updates": self.num_updates}
-
-    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.opt.load_state_dict(state["opt"])
-        self.num_updates = int(state["num_updates"])

@@ -118,11 +118,3 @@ class PPO(Algorithm):
             return np.zeros(len(obs_columns[Col.state(Col.OBS)]), np.float32)
         obs = columns_to_torch(obs_columns, self.device)[Col.OBS]
         return self.policy.value(obs).float().cpu().numpy()
-
-    def checkpoint_state(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "opt": self.opt.state_dict(), "num_updates": self.num_updates}
-
-    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.opt.load_state_dict(state["opt"])
-        self.num_updates = int(state["num_updates"])
