@@ -52,7 +52,7 @@ from rlinf_user.edge.security import HANDSHAKE_FAILURES, ServerAuth
 
 log = logging.getLogger(__name__)
 
-CONTROLLER_KINDS = ("reset", "act", "hold", "stop")
+CONTROLLER_KINDS = ("reset", "act", "chunk", "hold", "stop")
 REQUEST_BATCH = 64  # requests handled per pass before the loop's messages and timers
 
 
@@ -167,7 +167,8 @@ class EdgeDaemon:
         except zmq.ZMQError as err:
             from rlinf_user.edge.procs import port_holder
 
-            holder = port_holder(port) if err.errno == zmq.EADDRINUSE else None
+            host = self.bind if _is_ipv4(self.bind) and self.bind != "0.0.0.0" else None
+            holder = port_holder(port, host) if err.errno == zmq.EADDRINUSE else None
             self.close()
             raise EdgeStartError(f"cannot serve on {self.bind}:{port}: {err}"
                                  + (f" (held by {holder})" if holder else "")) from None  # fmt: skip
@@ -431,3 +432,13 @@ def _rid_of(payload: list[Any]) -> int:
         return rid if isinstance(rid, int) and rid >= 0 else 0
     except Exception:  # noqa: BLE001
         return 0
+
+
+def _is_ipv4(addr: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.IPv4Address(addr)
+    except ValueError:
+        return False
+    return True

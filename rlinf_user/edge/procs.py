@@ -15,6 +15,8 @@ import logging
 import os
 import shutil
 import signal
+import socket
+import struct
 import tempfile
 from pathlib import Path
 
@@ -33,7 +35,13 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
         return False
 
 
-def _listening_inodes(port: int) -> set[str]:
+def _local_ipv4(field: str) -> str:
+    """``"2100007F"`` (little-endian hex from ``/proc/net/tcp``) -> ``"127.0.0.33"``."""
+    return socket.inet_ntoa(struct.pack("<I", int(field, 16)))
+
+
+def _listening_inodes(port: int, host: str | None) -> set[str]:
+    """Inodes of the sockets listening on ``port``: on ``host`` or a wildcard address when given."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -42,14 +50,25 @@ def _listening_inodes(port: int) -> set[str]:
             continue
         for line in lines:
             parts = line.split()
-            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(parts[9])  # state 0A: LISTEN
+            if len(parts) <= 9 or parts[3] != "0A":  # state 0A: LISTEN
+                continue
+            addr, port_hex = parts[1].rsplit(":", 1)
+            if int(port_hex, 16) != port:
+                continue
+            if host is not None and set(addr) != {"0"}:  # a wildcard listener serves every host
+                if table.endswith("tcp6") or _local_ipv4(addr) != host:
+                    continue
+            inodes.add(parts[9])
     return inodes
 
 
-def port_holder(port: int) -> str | None:
-    """``"pid 123 (python -m franky_sim.run_server ...)"`` for the listener on ``port``."""
-    inodes = _listening_inodes(port)
+def port_holder(port: int, host: str | None = None) -> str | None:
+    """``"pid 123 (python -m franky_sim.run_server ...)"`` for the listener on ``host:port``.
+
+    With ``host`` given, only a listener bound to that IPv4 address (or to every address)
+    counts: loopback aliases (127.0.0.x) each have their own port 1337.
+    """
+    inodes = _listening_inodes(port, host)
     if not inodes:
         return None
     targets = {f"socket:[{i}]" for i in inodes}

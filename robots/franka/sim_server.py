@@ -257,7 +257,7 @@ def start_franky_sim(
     if _port_accepts(hostname, ROBOT_PORT):
         from rlinf_user.edge.procs import port_holder
 
-        holder = port_holder(ROBOT_PORT) or "an unknown process"
+        holder = port_holder(ROBOT_PORT, hostname) or "an unknown process"
         raise RuntimeError(f"{hostname}:{ROBOT_PORT} is already served by {holder}: stop it first "
                            "(a franky-sim left by an earlier run?)")  # fmt: skip
     handle = FrankySimHandle(hostname)
