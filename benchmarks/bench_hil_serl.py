@@ -32,6 +32,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS = {
     "sac": [],
     "sac+supervisor": ["intervention.enabled=true", "intervention.synthetic_human=true", "algo.demo_ratio=0.5"],
+    # the same with SAC-Flow's flow-matching policy in place of the tanh-Gaussian
+    "sac_flow+supervisor": ["algo=sac_flow", "policy=flow", "intervention.enabled=true", "intervention.synthetic_human=true",
+                            "algo.demo_ratio=0.5"],
 }
 
 
@@ -46,14 +49,15 @@ def intervention_windows(run: Path, window: int = 2000) -> list[dict]:
     ]
 
 
-def run_variant(name: str, seed: int, minutes: float, target: float, work: Path, block: str = "random") -> dict:
+def run_variant(name: str, seed: int, minutes: float, target: float, work: Path, block: str = "random",
+                eval_episodes: int = 10, eval_every: int = 3000) -> dict:
     from rlinf_user.cli.main import main
 
     run_name = f"{block}_{name.replace('+', '_')}_s{seed}"
     argv = [
         "train", "--sim", "gym_hil", f"env.kwargs.random_block_position={str(block == 'random').lower()}", f"seed={seed}",
         f"target_success={target}", f"max_wall_minutes={minutes}", "total_env_steps=1000000",
-        "eval_every_steps=3000", "eval_episodes=10", f"run_root={work}", f"run_name={run_name}", "progress=false",
+        f"eval_every_steps={eval_every}", f"eval_episodes={eval_episodes}", f"run_root={work}", f"run_name={run_name}", "progress=false",
         *VARIANTS[name],
     ]  # fmt: skip
     rc = main(argv)
@@ -68,6 +72,9 @@ def run_variant(name: str, seed: int, minutes: float, target: float, work: Path,
     return {
         "variant": name,
         "block": block,
+        "eval_episodes": eval_episodes,
+        "eval_every_steps": eval_every,
+        "max_minutes": minutes,
         "seed": seed,
         "reached_target": reached is not None,
         "env_steps_to_target": int(reached["env_steps"]) if reached else None,
@@ -93,15 +100,15 @@ def plot(rows: list[dict], path: Path) -> None:
                  label=f"{r['variant']} s{r['seed']}")  # fmt: skip
         if r["intervention_windows"]:
             w = r["intervention_windows"]
-            ax2.plot([x["env_steps"] for x in w], [x["intervention_rate"] for x in w], marker=".", label=f"s{r['seed']}")
-    ax1.set_title("evaluation success (10 episodes)", fontsize=10)
+            ax2.plot([x["env_steps"] for x in w], [x["intervention_rate"] for x in w], marker=".", label=f"{r['variant']} s{r['seed']}")
+    ax1.set_title(f"evaluation success ({rows[0].get('eval_episodes', 10)} block positions)", fontsize=10)
     ax2.set_title("supervisor-controlled share of worker 0's steps", fontsize=10)
     for ax in (ax1, ax2):
         ax.set_xlabel("env steps")
         ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"SAC on gym_hil pick-cube ({rows[0]['block']} block): alone vs with a supervisor (HIL-SERL style)")
+    fig.suptitle(f"gym_hil pick-cube ({rows[0]['block']} block): {', '.join(sorted({r['variant'] for r in rows}))}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -113,20 +120,31 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--block", choices=["random", "fixed"], default="random", help="gym_hil block start")
+    ap.add_argument("--eval-episodes", type=int, default=10, help="distinct block positions per evaluation")
+    ap.add_argument("--eval-every", type=int, default=3000, help="env steps between evaluations")
+    ap.add_argument("--name", default=None, help="results file stem (default hil_serl_<block>)")
+    ap.add_argument("--append", action="store_true",
+                    help="add these runs to the results file's (replacing the same variant and seed)")
     args = ap.parse_args()
     RESULTS.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-hil-serl-"))
-    rows = [run_variant(v, s, args.minutes, args.target, work, args.block) for s in args.seeds for v in args.variants]
+    rows = [run_variant(v, s, args.minutes, args.target, work, args.block, args.eval_episodes, args.eval_every)
+            for s in args.seeds for v in args.variants]  # fmt: skip
+    stem = args.name or f"hil_serl_{args.block}"
+    if args.append and (RESULTS / f"{stem}.json").exists():
+        new = {(r["variant"], r["seed"]) for r in rows}
+        old = json.loads((RESULTS / f"{stem}.json").read_text())["runs"]
+        rows = [r for r in old if (r["variant"], r["seed"]) not in new] + rows
     out = {
-        "task": f"gym_hil PandaPickCube, {args.block} block position, state, SAC; supervisor = scripted, stall-triggered",
+        "task": f"gym_hil PandaPickCube, {args.block} block position, state; supervisor = scripted, stall-triggered",
         "machine": describe(),
         "target_success": args.target,
-        "max_minutes": args.minutes,
+        "max_minutes": max(args.minutes, *(r.get("max_minutes", 0) for r in rows)),
         "runs": rows,
         "date": time.strftime("%Y-%m-%d"),
     }
-    (RESULTS / f"hil_serl_{args.block}.json").write_text(json.dumps(out, indent=2))
-    plot(rows, RESULTS / f"hil_serl_{args.block}_curve.png")
+    (RESULTS / f"{stem}.json").write_text(json.dumps(out, indent=2))
+    plot(rows, RESULTS / f"{stem}_curve.png")
     for r in rows:
         print(f"{r['variant']:<16} seed {r['seed']}: best {r['best_eval_success']:.0%}, to {args.target:.0%}: "
               f"{r['env_steps_to_target']} steps / {r['minutes_to_target']} min; interventions {r['interventions']}")  # fmt: skip

@@ -7,7 +7,8 @@ them), evaluated every ``--eval-every`` env steps on episodes from reset seeds t
 never uses, stopping at ``--target`` or ``--max-steps``.
 
     python benchmarks/bench_on_policy.py --algo ppo --seeds 0 1 2
-    python benchmarks/bench_on_policy.py --algo grpo --seeds 0 --out benchmarks/results/on_policy_grpo.json
+    python benchmarks/bench_on_policy.py --algo grpo --seeds 0 1 2 --max-steps 300000 --eval-every 20000 \
+        --eval-episodes 50 env.success_bonus=50
     # on a GPU machine: ManiSkill's GPU-parallel envs in one worker
     python benchmarks/bench_on_policy.py --algo ppo --workers 1 --envs 1024 --sim-device cuda
 """
@@ -70,6 +71,29 @@ def run(algo: str, seed: int, args, work: Path) -> dict:
     }
 
 
+def from_run(run_dir: Path, seed: int, target: float) -> dict:
+    """The same record rebuilt from a finished run directory (its summary and history)."""
+    import csv
+
+    summary = json.loads((run_dir / "eval" / "summary.json").read_text())
+    with open(run_dir / "eval" / "history.csv") as f:
+        history = [{k: float(v) for k, v in h.items()} for h in csv.DictReader(f)]
+    reached = next((h for h in history if h["success_rate"] >= target), None)
+    return {
+        "seed": seed,
+        "reached": reached is not None,
+        "env_steps_to_target": reached["env_steps"] if reached else None,
+        "wall_minutes_to_target": round(reached["wall_seconds"] / 60, 2) if reached else None,
+        "best_eval_success": summary["best_eval_success"],
+        "final_eval_success": summary["final_eval_success"],
+        "env_steps": summary["env_steps"],
+        "updates": summary["updates"],
+        "wall_minutes": round(summary["wall_seconds"] / 60, 2),
+        "env_steps_per_s": round(summary["env_steps"] / max(summary["wall_seconds"], 1e-9), 1),
+        "history": history,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--algo", default="ppo", choices=["ppo", "grpo"])
@@ -84,11 +108,16 @@ def main() -> None:
     ap.add_argument("--num-steps", type=int, default=50)
     ap.add_argument("--sim-device", default="cpu")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--from-runs", nargs="+", type=Path, default=None,
+                    help="rebuild the results from finished run directories (one per seed, in --seeds order)")
     ap.add_argument("overrides", nargs="*", help="more config overrides, e.g. algo.update_epochs=8")
     args = ap.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     work = Path(tempfile.mkdtemp(prefix="bench-on-policy-"))
-    runs = [run(args.algo, s, args, work) for s in args.seeds]
+    if args.from_runs:
+        runs = [from_run(d, s, args.target) for d, s in zip(args.from_runs, args.seeds)]
+    else:
+        runs = [run(args.algo, s, args, work) for s in args.seeds]
     reached = [r for r in runs if r["reached"]]
     result = {
         "algo": args.algo, "task": args.task, "target": args.target, "workers": args.workers, "envs_per_worker": args.envs,

@@ -29,6 +29,8 @@ POLICIES = Registry(
         "cnn": "rlinf_user.policies.gaussian:GaussianPolicy",
         "gaussian_ac": "rlinf_user.policies.gaussian_ac:GaussianActorCritic",
         "flow": "rlinf_user.policies.flow:FlowPolicy",
+        "pi0": "rlinf_user.policies.pi0:Pi0Policy",
+        "openpi_remote": "rlinf_user.policies.openpi_remote:OpenpiRemotePolicy",
     },
 )
 

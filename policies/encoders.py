@@ -17,12 +17,36 @@ class StateNormalizer(nn.Module):
         super().__init__()
         self.register_buffer("mean", torch.zeros(state_dim))
         self.register_buffer("std", torch.ones(state_dim))
+        self.register_buffer("count", torch.zeros(()))  # states seen by :meth:`update`
 
     @torch.no_grad()
     def fit(self, states: torch.Tensor, min_std: float = 1e-2) -> None:
         states = torch.as_tensor(states, dtype=torch.float32)
         self.mean.copy_(states.mean(0))
         self.std.copy_(states.std(0).clamp_min(min_std) if len(states) > 1 else torch.ones_like(self.std))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        state_dict.setdefault(prefix + "count", torch.zeros(()))  # checkpoints before running statistics
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @torch.no_grad()
+    def update(self, states: torch.Tensor, min_std: float = 1e-2) -> None:
+        """Merge a batch into running statistics (on-policy learning: every round's states
+        refine them; the first batch replaces the identity)."""
+        states = torch.as_tensor(states, dtype=torch.float32, device=self.mean.device).reshape(-1, self.mean.shape[0])
+        n, total = float(len(states)), float(self.count) + float(len(states))
+        if n == 0:
+            return
+        if float(self.count) == 0:
+            self.fit(states, min_std)
+            self.count.fill_(n)
+            return
+        var = self.std.square() * float(self.count) / total + states.var(0, unbiased=False) * n / total
+        delta = states.mean(0) - self.mean
+        var += delta.square() * float(self.count) * n / total**2
+        self.mean.add_(delta * n / total)
+        self.std.copy_(var.sqrt().clamp_min(min_std))
+        self.count.fill_(total)
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         return (state - self.mean) / self.std

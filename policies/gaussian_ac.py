@@ -81,3 +81,7 @@ class GaussianActorCritic(Policy):
 
     def fit_normalizer(self, states: torch.Tensor) -> None:
         self.encoder.norm.fit(states)
+
+    def update_normalizer(self, states: torch.Tensor) -> None:
+        """Merge states into the encoder's running statistics (``algo.norm_obs``)."""
+        self.encoder.norm.update(states)

@@ -4,7 +4,7 @@
 # where one is), then rlinf-user with its simulator and test extras.
 #
 #   bash scripts/install.sh            # default extras: sim,test
-#   EXTRAS=sim,franka-sim,realsense,teleop,test bash scripts/install.sh
+#   EXTRAS=sim,franka-sim,realsense,teleop,vla,test bash scripts/install.sh
 #   bash scripts/install.sh --torch-args   # only print the pip arguments chosen for torch
 #
 # The CPU build of torch is asked for by its explicit local version (torch==X+cpu) from
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-EXTRAS="${EXTRAS:-sim,franka-sim,realsense,teleop,test}"
+EXTRAS="${EXTRAS:-sim,franka-sim,realsense,teleop,vla,test}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 PYTHON="${PYTHON:-python3}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1

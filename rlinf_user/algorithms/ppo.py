@@ -7,8 +7,10 @@ step sequence; truncated episodes bootstrap from the value of their final observ
 optional value clipping, minibatch epochs, advantage normalisation, an entropy bonus and
 an early stop of the epochs past ``target_kl``.
 
-GRPO (Shao et al. 2024) drops the critic: every step of an episode gets the episode's
-return normalised within its group (episodes started from the same reset seed).
+GRPO (Shao et al. 2024) drops the critic: episodes started from the same reset seed form
+a group and score each other. By default a step gets its discounted reward-to-go minus
+the group's other episodes' mean at that step (``algo.baseline=step``); with
+``baseline=episode`` every step gets its episode's group-normalised return.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class PPO(Algorithm):
             out.append(f"algo.mode={algo_cfg.mode!r}: use sync or async")
         if int(algo_cfg.num_steps) < 1 or int(algo_cfg.update_epochs) < 1 or int(algo_cfg.num_minibatches) < 1:
             out.append("algo.num_steps, algo.update_epochs and algo.num_minibatches must be >= 1")
+        if str(algo_cfg.name) == "grpo" and algo_cfg.get("baseline", "episode") not in ("episode", "step"):
+            out.append(f"algo.baseline={algo_cfg.baseline!r}: use episode or step")
         return out
 
     def __init__(self, cfg, policy, spec: EnvSpec, device="cpu"):
@@ -62,6 +66,9 @@ class PPO(Algorithm):
         mb = max(1, n // int(cfg.num_minibatches))
         metrics: dict[str, float] = {}
         clipfracs, approx_kl, epochs = [], 0.0, 0
+        with torch.no_grad():  # 0 when the rows came from exactly this policy (sync rounds)
+            start_log = self.policy.log_prob(obs, sample)[0] - old_logp
+            metrics["start_kl"] = float(((start_log.exp() - 1) - start_log).mean())
         for _epoch in range(int(cfg.update_epochs)):
             perm = torch.randperm(n, device=self.device)
             for start in range(0, n, mb):
@@ -103,6 +110,8 @@ class PPO(Algorithm):
             if cfg.target_kl is not None and approx_kl > cfg.target_kl:
                 break
         self.num_updates += 1
+        if cfg.norm_obs and hasattr(self.policy, "update_normalizer"):
+            self.policy.update_normalizer(obs["state"])
         with torch.no_grad():
             var = float(ret.var()) if n > 1 else 0.0
             explained = float("nan") if var == 0 or self.grpo else 1.0 - float((ret - old_v).var()) / var

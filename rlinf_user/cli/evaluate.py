@@ -12,11 +12,16 @@ def run_eval(args, console) -> int:
 
     from rlinf_user.env.registry import make_env
     from rlinf_user.env.spec import EnvSpec
-    from rlinf_user.evaluation import evaluate_policy, load_policy_from_checkpoint, write_video
-    from rlinf_user.rundir import write_json
+    from rlinf_user.evaluation import evaluate_policy, load_policy_from_checkpoint
     from rlinf_user.runtime.learner import latest_checkpoint
     from rlinf_user.runtime.seeds import EVAL_ENV_OFFSET
 
+    if getattr(args, "sim", None) or getattr(args, "robot", None):
+        return _eval_configured_policy(args, console)
+    if args.run is None or "=" in args.run:
+        from rlinf_user.config.compose import ConfigError
+
+        raise ConfigError("eval needs a run directory or checkpoint, or --sim/--robot with policy=... overrides")
     target = Path(args.run)
     if target.is_file():
         ckpt, run_dir = target, target.parent.parent
@@ -54,14 +59,54 @@ def run_eval(args, console) -> int:
     result = evaluate_policy(env, policy, args.episodes, args.video_episodes, adapter=adapter)
     env.close()
     out = Path(args.out) if args.out else run_dir / "eval"
-    out.mkdir(parents=True, exist_ok=True)
     stem = f"eval-{ckpt.stem}" + (f"-{name}" if len(fleet) > 1 else "")
+    result.update(checkpoint=str(ckpt), policy_version=version, member=name)
+    return _report(result, out, stem, cfg.env.control_hz, args, console, ckpt.name)
+
+
+def _eval_configured_policy(args, console) -> int:
+    """A policy that needs no run: built from ``policy=...`` overrides (a pretrained VLA
+    folder, an openpi server, a fresh model) and evaluated in ``--sim``/``--robot``."""
+    import time
+
+    from rlinf_user.config.compose import ConfigError, compose_config
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.env.spec import EnvSpec
+    from rlinf_user.evaluation import evaluate_policy
+    from rlinf_user.policies.base import build_policy
+    from rlinf_user.runtime.seeds import EVAL_ENV_OFFSET
+
+    overrides = ([args.run] if args.run else []) + list(args.overrides)
+    if args.run and "=" not in args.run:
+        raise ConfigError(f"give either a run ({args.run}) or --sim/--robot with policy=..., not both")
+    cfg = compose_config(overrides, sim=args.sim, robot=args.robot)
+    env = make_env(cfg.env, seed=cfg.seed + EVAL_ENV_OFFSET)
+    try:
+        try:
+            policy = build_policy(cfg.policy, EnvSpec.of_env(env))
+        except ValueError as err:  # a checkpoint or option that does not fit: said, not a traceback
+            raise ConfigError(f"policy={cfg.policy.name}: {err}") from err
+        policy.eval()
+        what = f"policy={cfg.policy.name}" + (f" ({cfg.policy.checkpoint})" if cfg.policy.get("checkpoint") else "")
+        console.print(f"evaluating [bold]{what}[/] for {args.episodes} episodes")
+        result = evaluate_policy(env, policy, args.episodes, args.video_episodes)
+    finally:
+        env.close()
+    out = Path(args.out) if args.out else Path(cfg.run_root) / f"eval-{cfg.policy.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    result.update(policy=str(cfg.policy.name), checkpoint=cfg.policy.get("checkpoint"), horizon=int(policy.horizon))
+    return _report(result, out, "eval", cfg.env.control_hz, args, console, what)
+
+
+def _report(result, out: Path, stem: str, fps: float, args, console, title: str) -> int:
+    from rlinf_user.evaluation import write_video
+    from rlinf_user.rundir import write_json
+
+    out.mkdir(parents=True, exist_ok=True)
     video = out / f"{stem}.mp4"
-    wrote = write_video(result.pop("frames"), video, fps=cfg.env.control_hz)
-    result.update(checkpoint=str(ckpt), policy_version=version, video=str(video) if wrote else None)
-    result["member"] = name
+    wrote = write_video(result.pop("frames"), video, fps=fps)
+    result["video"] = str(video) if wrote else None
     write_json(out / f"{stem}.json", result)
-    table = Table(title=f"evaluation of {ckpt.name}", show_header=False)
+    table = Table(title=f"evaluation of {title}", show_header=False)
     table.add_row("episodes", str(result["episodes"]))
     table.add_row("success rate", f"{result['success_rate']:.0%}")
     table.add_row("mean return", f"{result['mean_return']:.3f}")

@@ -17,7 +17,7 @@ EPILOG = (
 
 def _env_args(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--sim", metavar="NAME", help="simulator backend: maniskill | gym_hil | robosuite")
+    where.add_argument("--sim", metavar="NAME", help="simulator backend: maniskill | gym_hil | robosuite | reach")
     where.add_argument("--robot", metavar="NAME", help="real robot behind the edge daemon: franka")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
@@ -39,10 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     _env_args(train)
 
     ev = sub.add_parser("eval", help="run a checkpoint for N episodes: success rate + mp4", epilog=EPILOG)
-    ev.add_argument("run", help="a run directory or a checkpoint file (.pt)")
+    ev.add_argument("run", nargs="?", help="a run directory or a checkpoint file (.pt); "
+                    "or none, with --sim/--robot and policy=... (a pretrained VLA folder, an openpi server)")  # fmt: skip
+    where = ev.add_mutually_exclusive_group()
+    where.add_argument("--sim", metavar="NAME", help="without a run: evaluate policy=... in this simulator")
+    where.add_argument("--robot", metavar="NAME", help="without a run: evaluate policy=... on this robot")
     ev.add_argument("--episodes", type=int, default=20, help="episodes to run (default 20)")
     ev.add_argument("--video-episodes", type=int, default=3, help="episodes recorded to mp4 (default 3)")
-    ev.add_argument("--out", help="where to write results (default <run>/eval/)")
+    ev.add_argument("--out", help="where to write results (default <run>/eval/, or <run_root>/eval-<policy>)")
     ev.add_argument("--member", help="the fleet member whose env to evaluate on (default: the first)")
     ev.add_argument(
         "--checkpoint", choices=["best", "latest"], default="best",

@@ -27,6 +27,9 @@ class SACConfig:
     num_critics: int = 2
     num_min_critics: int = 2  # REDQ-style random subset for the target min
     utd_ratio: float = 1.0  # critic updates per env step (across all envs)
+    # sims: env workers wait while the learner is behind utd_ratio x env steps, so a sim
+    # faster than the learner gets the updates it would on a real robot (which cannot wait)
+    paced: bool = False
     actor_update_every: int = 1  # critic:actor update ratio
     learning_starts: int = 1000  # env steps of uniformly random actions first
     critic_layer_norm: bool = False
@@ -99,6 +102,9 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     target_kl: float | None = 0.1  # stop the epochs early past this approximate KL
     norm_adv: bool = True
+    # running mean/std of the state, refined after every update and published with the
+    # weights (the next round acts and trains with the same statistics)
+    norm_obs: bool = True
     reward_scale: float = 1.0
     # sync: collect with version v, update, collect with v+1. async: workers go on
     # collecting with a policy at most placement.max_policy_lag versions old.
@@ -112,7 +118,13 @@ class GRPOConfig(PPOConfig):
 
     name: str = "grpo"
     group_size: int = 4  # episodes per reset seed; must divide every worker's env count
-    gamma: float = 1.0
+    # step: step t gets its (gamma-discounted) reward-to-go minus the mean reward-to-go at
+    # t of the group's other episodes, over one std per group (DeepSeekMath's
+    # process-supervised GRPO credits a step with the normalised rewards that follow it).
+    # episode: every step gets its episode's group-normalised undiscounted return
+    # (outcome-supervised GRPO). On PushCube step + gamma 0.9 reached 90% in 3/3 seeds.
+    baseline: str = "step"
+    gamma: float = 0.9  # discount of the step baseline's reward-to-go (episode scoring ignores it)
     vf_coef: float = 0.0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from hydra import compose, initialize_config_module
@@ -13,6 +14,7 @@ from rlinf_user.config.schema import RunConfig
 
 CONFIG_MODULE = "rlinf_user.configs"
 GROUPS = ("sim", "robot", "algo", "policy", "placement", "teleop")
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -111,6 +113,8 @@ def validate(cfg: DictConfig) -> None:
     if problems:
         raise ConfigError("; ".join(problems))
     _check_on_policy(cfg)
+    if cfg.algo.get("paced", False) and (cfg.env.get("kind") == "robot" or cfg.get("fleet")):
+        raise ConfigError("algo.paced=true makes env workers wait for the learner: a simulator in the worker can, a robot or a fleet member behind its edge daemon cannot")
     iv = cfg.get("intervention")
     human_demos = bool(iv is not None and iv.enabled and iv.to_demos)
     demo_ratio = float(cfg.algo.get("demo_ratio", 0.0))
@@ -218,6 +222,20 @@ def _check_on_policy(cfg: DictConfig) -> None:
                 f"algo.group_size={g} must divide the envs of every worker (placement.envs_per_worker={sizes[0]}): "
                 f"GRPO compares episodes that start from the same reset seed within a worker"
             )
+        env = cfg.get("env")
+        if env is not None and env.get("reward") == "dense":
+            steps = int(env.max_episode_steps)
+            gamma = float(cfg.algo.get("gamma", 1.0))
+            episode = cfg.algo.get("baseline", "step") == "episode" or gamma >= 1.0
+            horizon = steps if episode else min(steps, round(1.0 / (1.0 - gamma)))
+            if float(env.get("success_bonus") or 0) < horizon:
+                log.warning(
+                    "algo=grpo scores %s: with a dense reward and success ending the episode, hovering near the "
+                    "goal for %d steps can out-score succeeding; set env.success_bonus to at least that many "
+                    "times the largest per-step reward (env.success_bonus=%d for rewards in [0, 1])",
+                    "whole undiscounted episodes" if episode else f"rewards-to-go discounted by gamma={gamma}",
+                    horizon, horizon,
+                )  # fmt: skip
 
 
 def to_yaml(cfg: DictConfig) -> str:

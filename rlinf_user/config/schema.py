@@ -55,7 +55,7 @@ class PolicyConfig:
     """A policy from :data:`rlinf_user.policies.base.POLICIES`; fields a policy does not use
     are ignored by it."""
 
-    name: str = "mlp"  # mlp | cnn (tanh-Gaussian) | gaussian_ac (on-policy) | flow
+    name: str = "mlp"  # mlp | cnn (tanh-Gaussian) | gaussian_ac (on-policy) | flow | pi0 (VLA) | openpi_remote
     encoder: str | None = None  # mlp | cnn; None: the policy's name (mlp/cnn)
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     encoder_channels: list[int] = field(default_factory=lambda: [32, 32, 32, 32])
@@ -64,6 +64,19 @@ class PolicyConfig:
     log_std_max: float = 2.0
     init_log_std: float = -0.5  # gaussian_ac: the learned state-independent log-std starts here
     flow_steps: int = 4  # flow: Euler steps of the velocity field (K)
+    # VLA policies (pi0)
+    checkpoint: str | None = None  # an openpi or LeRobot pi0 folder; its config decides the sizes
+    asset_id: str | None = None  # openpi: which assets/<asset_id>/norm_stats.json (when there are several)
+    size: str = "tiny"  # without a checkpoint: tiny (tests) | small (~50M, CPU) | pi0 (about 3.3B parameters)
+    tokenizer: str | None = None  # a tokenizer folder (PaliGemma's for real pi0 weights); None: UTF-8 bytes
+    horizon: int | None = None  # actions per chunk (None: the model's)
+    num_steps: int | None = None  # denoising steps per chunk (None: the model's)
+    cameras: list[str] | None = None  # env cameras for the model's image slots, in order (None: all, sorted)
+    prompt: str = ""  # the instruction when the env gives none
+    # openpi_remote: an openpi policy server (serve_policy.py) answers
+    server: str | None = None  # ws://<host>:<port>
+    api_key: str | None = None
+    request: dict[str, str] | None = None  # openpi key -> state | instruction | images.<camera>
 
 
 @dataclass

@@ -16,6 +16,7 @@ import numpy as np
 
 from rlinf_user.data import lerobot_format as fmt
 from rlinf_user.data.video import decode_video
+from rlinf_user.env.spec import instruction_array
 
 
 @dataclass
@@ -122,13 +123,16 @@ class LeRobotReader:
             yield self.episode(i, images=images)
 
 
-def episode_transitions(ep: Episode, image_keys: list[str] | None = None) -> dict[str, np.ndarray] | None:
+def episode_transitions(
+    ep: Episode, image_keys: list[str] | None = None, instruction: bool = False
+) -> dict[str, np.ndarray] | None:
     """An episode as a replay chunk (``obs/state``, ``next_obs/state``, ``action``, ...).
 
     Frame ``t`` holds ``(obs_t, action_t, next.reward_t, next.done_t)``; ``next_obs_t`` is
     frame ``t+1``'s observation. The last frame has no successor: it is kept when the
     episode terminated there (its ``next_obs`` is never bootstrapped from) and dropped when
-    the episode was cut short.
+    the episode was cut short. ``instruction``: the episode's ``task`` becomes the
+    observation's language instruction (LeRobot's convention).
     """
     state = ep.columns[fmt.STATE_KEY].astype(np.float32)
     n = len(state)
@@ -151,6 +155,8 @@ def episode_transitions(ep: Episode, image_keys: list[str] | None = None) -> dic
     }
     if terminated_last:
         chunk["terminated"][-1] = 1.0
+    if instruction:
+        chunk["obs/instruction"] = chunk["next_obs/instruction"] = instruction_array([ep.task] * keep)
     for cam in image_keys or []:
         frames = ep.images[cam]
         chunk[f"obs/images/{cam}"] = frames[:keep]

@@ -11,7 +11,11 @@ policy version, log-prob and value that produced it. The store orders rows per e
   terminated one from zero.
 * **Group-normalised returns** (GRPO): an episode is released when it ends; episodes of
   the same ``group`` (started from one reset seed) are normalised together once
-  ``group_size`` of them have ended, and every step gets its episode's advantage.
+  ``group_size`` of them have ended. ``baseline="episode"``: every step gets its
+  episode's normalised return. ``baseline="step"``: step t gets its reward-to-go minus the
+  mean reward-to-go at t of the group's other episodes (0 past an episode's end), so an
+  action is credited only with what follows it; still no critic, and the baseline never
+  depends on the episode's own actions (leave-one-out).
 
 Rows from a policy more than ``max_lag`` versions behind the learner are dropped.
 """
@@ -73,9 +77,13 @@ def gae(cols: dict[str, np.ndarray], value_fn: ValueFn, gamma: float, lam: float
 
 
 class OnPolicyStore:
-    def __init__(self, gamma: float, lam: float, group_size: int | None = None, reward_scale: float = 1.0):
+    def __init__(self, gamma: float, lam: float, group_size: int | None = None, reward_scale: float = 1.0,
+                 baseline: str = "episode"):  # fmt: skip
+        if baseline not in ("episode", "step"):
+            raise ValueError(f"baseline={baseline!r}: expected 'episode' or 'step'")
         self.gamma, self.lam = float(gamma), float(lam)
         self.group_size = int(group_size) if group_size else None
+        self.baseline = baseline
         self.reward_scale = float(reward_scale)
         self.chunks: list[dict[str, np.ndarray]] = []
         self.dropped_stale = 0
@@ -160,16 +168,37 @@ class OnPolicyStore:
         parts = []
         for g in self._ready_groups():
             eps = self._groups.pop(g)[: self.group_size]
-            returns = np.array([r for _, r in eps])
-            std = returns.std()
-            for ep, r in eps:
-                adv = (r - returns.mean()) / (std + 1e-8) if std > 1e-8 else 0.0
+            advantages = self._step_advantages(eps) if self.baseline == "step" else self._episode_advantages(eps)
+            for (ep, r), adv in zip(eps, advantages):
                 n = len(ep[Col.REWARD])
-                parts.append({**ep, "advantage": np.full(n, adv, np.float32), "return": np.full(n, r, np.float32)})
+                parts.append({**ep, "advantage": adv, "return": np.full(n, r, np.float32)})
         if not parts:
             return None
         cols = self._fresh(_concat(parts), version, max_lag)
         return cols if len(cols[Col.REWARD]) else None
+
+    @staticmethod
+    def _episode_advantages(eps: list[tuple[dict[str, np.ndarray], float]]) -> list[np.ndarray]:
+        returns = np.array([r for _, r in eps])
+        std = returns.std()
+        adv = (returns - returns.mean()) / (std + 1e-8) if std > 1e-8 else np.zeros_like(returns)
+        return [np.full(len(ep[Col.REWARD]), a, np.float32) for (ep, _), a in zip(eps, adv)]
+
+    def _step_advantages(self, eps: list[tuple[dict[str, np.ndarray], float]]) -> list[np.ndarray]:
+        lengths = [len(ep[Col.REWARD]) for ep, _ in eps]
+        togo = np.zeros((len(eps), max(lengths)))  # reward-to-go; 0 past an episode's end
+        for i, (ep, _) in enumerate(eps):
+            acc = 0.0
+            rewards = ep[Col.REWARD].astype(np.float64) * self.reward_scale
+            for t in range(lengths[i] - 1, -1, -1):
+                acc = rewards[t] + self.gamma * acc
+                togo[i, t] = acc
+        others = (togo.sum(axis=0, keepdims=True) - togo) / max(len(eps) - 1, 1)
+        resid = [(togo[i] - others[i])[: lengths[i]] for i in range(len(eps))]
+        std = np.concatenate(resid).std()
+        if std <= 1e-8:
+            return [np.zeros(n, np.float32) for n in lengths]
+        return [(r / std).astype(np.float32) for r in resid]
 
     def pending_groups(self) -> int:
         return len(self._groups)

@@ -170,6 +170,14 @@ class EdgeClient:
         return self.request("act", arrays={"action": np.asarray(action, np.float32)},
                             timeout_s=timeout_s)  # fmt: skip
 
+    def chunk(self, actions: np.ndarray, start_tick: int | None = None, blend: int = 0,
+              timeout_s: float | None = None) -> Message:  # fmt: skip
+        """Schedule ``actions`` (H, 7) from the tick after ``start_tick`` (the tick of the
+        observation they were computed from; None: the next tick). The ack says how many
+        were queued and how many were already late."""
+        body = {"blend": int(blend)} if start_tick is None else {"start_tick": int(start_tick), "blend": int(blend)}
+        return self.request("chunk", body, arrays={"actions": np.asarray(actions, np.float32)}, timeout_s=timeout_s)
+
     def reset(self, seed: int | None = None, timeout_s: float = 60.0, home: bool = True) -> Message:
         return self.request("reset", {"seed": seed, "options": {"home": home}}, timeout_s=timeout_s)
 

@@ -10,6 +10,10 @@ send its observation (the reply to that ``act``); run the watchdog. An ``act`` i
 as soon as it arrives (at most one per period; a second one waits for the next tick), so
 the time from observation to motion is the policy's latency, not a whole period.
 
+A ``chunk`` schedules several actions by tick (:mod:`rlinf_user.edge.plan`): each tick runs
+the one due, through the same safety checks as an ``act``, and streams its observation
+with the action it applied; an ``act`` replaces the schedule.
+
 Watchdog: when no action has been applied for ``watchdog_periods`` ticks during an
 episode, the backend holds (the arm stops where it is; nothing opens) until the next
 command. ``stop`` stops the arm and refuses actions until the next ``reset``.
@@ -40,8 +44,10 @@ import numpy as np
 import zmq
 
 from rlinf_user.edge.backends import EdgeBackend, Tick
+from rlinf_user.edge.plan import ActionPlan
 from rlinf_user.edge.protocol import Message, decode, encode, error, finite_body
 from rlinf_user.edge.safety import UnsafeCommand
+from rlinf_user.edge.timing import TimingStats, set_realtime
 
 log = logging.getLogger(__name__)
 
@@ -64,38 +70,6 @@ def tick_message(kind: str, rid: int, tick: Tick, extra: dict[str, Any] | None =
         **(extra or {}),
     }
     return Message(kind, rid, body, arrays)
-
-
-class TimingStats:
-    def __init__(self, window: int):
-        self.errors: collections.deque[float] = collections.deque(maxlen=window)
-        self.ticks = 0
-        self.overruns = 0
-        self._cached: tuple[float, dict[str, Any]] | None = None
-
-    def add(self, err: float) -> None:
-        self.errors.append(err)
-        self.ticks += 1
-
-    def summary(self, max_age_s: float = 0.0) -> dict[str, Any]:
-        """Percentiles over the window, recomputed at most every ``max_age_s``."""
-        now = time.monotonic()
-        if self._cached is not None and now - self._cached[0] < max_age_s:
-            return {**self._cached[1], "ticks": self.ticks, "overruns": self.overruns}
-        out = self._summary()
-        self._cached = (now, out)
-        return out
-
-    def _summary(self) -> dict[str, Any]:
-        e = np.abs(np.asarray(self.errors)) * 1e3
-        out: dict[str, Any] = {"ticks": self.ticks, "overruns": self.overruns}
-        if e.size:
-            out.update(
-                period_error_ms_p50=float(np.median(e)),
-                period_error_ms_p99=float(np.percentile(e, 99)),
-                period_error_ms_max=float(e.max()),
-            )
-        return out
 
 
 class ControlLoop:
@@ -126,6 +100,13 @@ class ControlLoop:
         self.last_action_tick = 0
         self.last_action_time = time.monotonic()
         self.last_hold: dict[str, Any] | None = None
+        self.plan = ActionPlan()
+        self.plan_ran = False  # a scheduled action ran during the period now ending
+        self.chunks: dict[str, Any] = {"received": 0, "late_actions": 0, "dropped_actions": 0, "refused_steps": 0,
+                                       "seam_jump_max": None, "seam_jump_p50": None}
+        self.last_applied: np.ndarray | None = None  # the last scheduled action run
+        self.last_chunk = -1
+        self.seam_jumps: collections.deque[float] = collections.deque(maxlen=window)
         self.started = time.monotonic()
         self.reset_seconds = 0.0  # time spent in backend resets (homing)
         self.resets = 0
@@ -181,7 +162,10 @@ class ControlLoop:
 
     def _handle(self, msg: Message) -> None:
         kind = msg.kind
-        if kind == "act":
+        if kind == "chunk":
+            self._chunk(msg)
+        elif kind == "act":
+            self.chunks["dropped_actions"] += self.plan.clear()  # a single action replaces a schedule
             if self.pending_rid is not None:
                 if self.queued is not None:  # the earlier queued one is superseded
                     self._send(error(self.queued.rid, "superseded", "a newer action replaced it"))
@@ -192,11 +176,13 @@ class ControlLoop:
         elif kind == "reset":
             self._reset(msg)
         elif kind == "hold":
+            self.chunks["dropped_actions"] += self.plan.clear()
             if self._safely(self.backend.hold, msg.rid):
                 self.holding = True
                 self._send(Message("ack", msg.rid, {"held": True}))
         elif kind == "stop":
             self._answer_queued("the robot was stopped")
+            self.chunks["dropped_actions"] += self.plan.clear()
             if self._safely(self.backend.stop, msg.rid):
                 self.stopped, self.in_episode = True, False
                 log.warning("explicit stop: actions refused until the next reset")
@@ -223,10 +209,8 @@ class ControlLoop:
             self.queued = None
 
     def _apply(self, msg: Message) -> None:
-        if self.stopped or not self.in_episode:
-            why = ("the robot is stopped" if self.stopped else
-                   f"the robot is in fault ({self.fault}): send reset" if self.fault else
-                   "no episode: send reset first")  # fmt: skip
+        why = self._refusal()
+        if why:
             self._send(error(msg.rid, "state", f"action refused: {why}"))
             return
         action = msg.arrays.get("action")
@@ -245,8 +229,66 @@ class ControlLoop:
         self.last_action_time = time.monotonic()
         self.holding = False
 
+    def _refusal(self) -> str | None:
+        if not (self.stopped or not self.in_episode):
+            return None
+        return ("the robot is stopped" if self.stopped else
+                f"the robot is in fault ({self.fault}): send reset" if self.fault else
+                "no episode: send reset first")  # fmt: skip
+
+    def _chunk(self, msg: Message) -> None:
+        why = self._refusal()
+        if why:
+            self._send(error(msg.rid, "state", f"chunk refused: {why}"))
+            return
+        start = msg.body.get("start_tick")
+        if start is not None and start > self.tick:
+            self._send(error(msg.rid, "body", f"chunk start_tick {start} is ahead of the loop (tick {self.tick})"))
+            return
+        self._answer_queued("a chunk replaced it")
+        self.chunks["received"] += 1
+        first = (start if start is not None else self.tick) + 1
+        info = self.plan.replace(msg.arrays["actions"], first, self.tick + 1, int(msg.body.get("blend", 0)), msg.rid)
+        self.chunks["late_actions"] += info["late"]
+        self._send(Message("ack", msg.rid, {**info, "tick": self.tick, "scheduled": len(self.plan)}))
+
+    def _run_plan(self) -> dict[str, Any] | None:
+        """The scheduled action of this tick, applied (None when nothing is due)."""
+        if self.pending_rid is not None:  # a single action runs this period; the plan waits
+            return None
+        action = self.plan.pop(self.tick)
+        if action is None:
+            return None
+        try:
+            breaches = self.backend.apply(action)
+        except UnsafeCommand as err:
+            self.chunks["refused_steps"] += 1
+            self.chunks["dropped_actions"] += self.plan.clear()
+            self._send(error(self.plan.rid, "unsafe", f"chunk action at tick {self.tick} refused, the rest "
+                                                      f"dropped (the watchdog holds): {err}"))  # fmt: skip
+            return None
+        except Exception as err:  # noqa: BLE001 - a driver error must reach the client
+            self._enter_fault(err, self.plan.rid)
+            return None
+        if self.last_applied is not None and self.last_chunk != self.plan.rid:  # a seam between chunks
+            self.seam_jumps.append(float(np.abs(action - self.last_applied).max()))
+            # statistics refreshed here, once per seam, not in every telemetry snapshot
+            self.chunks["seam_jump_max"] = max(self.seam_jumps)
+            self.chunks["seam_jump_p50"] = float(np.median(self.seam_jumps))
+        self.last_chunk = self.plan.rid
+        self.last_applied = np.array(action)
+        self.applied += 1
+        self.plan_ran = True
+        self.last_action_tick = self.tick
+        self.last_action_time = time.monotonic()
+        self.holding = False
+        return {"applied": [float(x) for x in action], "chunk": self.plan.rid, "scheduled": len(self.plan),
+                "breaches": [b.kind for b in breaches]}  # fmt: skip
+
     def _reset(self, msg: Message) -> None:
         self._answer_queued("a reset came first")
+        self.chunks["dropped_actions"] += self.plan.clear()
+        self.last_applied = None
         if self.pending_rid is not None:
             self._send(error(self.pending_rid, "state", "action's observation dropped: a reset came first"))
             self.pending_rid = None
@@ -294,6 +336,7 @@ class ControlLoop:
         """A backend error (reading or commanding the robot): hold, refuse actions until a
         reset recovers, and report it to the request ``rid`` (else the one owed a reply)."""
         self.fault = f"{type(err).__name__}: {err}"
+        self.chunks["dropped_actions"] += self.plan.clear()
         log.error("backend fault, robot held until the next reset: %s", self.fault)
         try:
             self.backend.hold()
@@ -312,10 +355,16 @@ class ControlLoop:
         if not self.in_episode:
             return
         self.episode_ticks += 1
+        if self.plan_ran:  # the period now ending ran a scheduled action
+            self.acted_ticks += 1
+            self.plan_ran = False
         try:
             t = self.backend.observe()
         except Exception as err:  # noqa: BLE001 - never let a driver error kill the loop
             self._enter_fault(err)
+            return
+        ran = self._run_plan() if len(self.plan) else None  # this tick's scheduled action
+        if not self.in_episode:  # the plan's action put the loop in fault
             return
         idle = self.tick - self.last_action_tick  # the watchdog first: this tick's state says so
         if not self.holding and not self.stopped and idle >= self.watchdog_periods:
@@ -339,7 +388,8 @@ class ControlLoop:
                 queued, self.queued = self.queued, None
                 self._apply(queued)
         else:  # nobody is owed a reply: still stream the state (latest-value stream)
-            self._send(tick_message("state", 0, t, {"tick": self.tick, "holding": self.holding}), stream=True)
+            extra = {"tick": self.tick, "holding": self.holding, **({"plan": ran} if ran else {})}
+            self._send(tick_message("state", 0, t, extra), stream=True)
 
     def run(self) -> None:
         self.next_due = time.monotonic() + self.period
@@ -379,6 +429,7 @@ class ControlLoop:
             "acted_ticks": self.acted_ticks,
             "episode_ticks": self.episode_ticks,
             "watchdog_holds": self.holds,
+            "chunks": {**self.chunks, "scheduled": len(self.plan)},
             "last_hold": self.last_hold,
             "holding": self.holding,
             "stopped": self.stopped,
@@ -386,19 +437,6 @@ class ControlLoop:
             "sends": dict(self.sends),
             **self.backend.telemetry(),
         }
-
-
-def set_realtime(priority: int) -> None:
-    if priority <= 0:
-        return
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-        log.info("control loop runs SCHED_FIFO priority %d", priority)
-    except (PermissionError, OSError) as err:
-        log.warning(
-            "could not get real-time priority %d (%s); timing under load will suffer. Give the "
-            "user an rtprio limit (/etc/security/limits.conf) or run a PREEMPT_RT kernel", priority, err
-        )
 
 
 def _raise_exit(signum, frame) -> None:

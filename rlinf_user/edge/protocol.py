@@ -14,8 +14,10 @@ dtype and a shape whose byte size must match the frame exactly. Request bodies a
 per kind (:func:`validate_request`) before anything acts on them. Every limit breach raises :class:`ProtocolError` naming it, so a
 malformed message is answered with an error and never reaches the robot.
 
-Kinds (cloud -> edge): ``hello``, ``reset``, ``act``, ``hold``, ``stop``, ``ping``,
-``telemetry``, ``bye``. (edge -> cloud): ``welcome``, ``obs``, ``ack``, ``pong``,
+Kinds (cloud -> edge): ``hello``, ``reset``, ``act``, ``chunk``, ``hold``, ``stop``, ``ping``,
+``telemetry``, ``bye``. A ``chunk`` carries ``actions`` (H, 7) that the control loop runs one
+per tick (``start_tick``: the tick of the observation it was computed from; ``blend``:
+ticks over which it is blended into the chunk it replaces). (edge -> cloud): ``welcome``, ``obs``, ``ack``, ``pong``,
 ``telemetry``, ``error``. The stream socket carries ``state`` and ``frame`` messages.
 """
 
@@ -31,7 +33,7 @@ import numpy as np
 
 PROTOCOL_VERSION = 1
 
-REQUESTS = ("hello", "reset", "act", "hold", "stop", "ping", "telemetry", "bye")
+REQUESTS = ("hello", "reset", "act", "chunk", "hold", "stop", "ping", "telemetry", "bye")
 REPLIES = ("welcome", "obs", "ack", "pong", "telemetry", "error")
 STREAMS = ("state", "frame")
 KINDS = frozenset(REQUESTS + REPLIES + STREAMS)
@@ -43,6 +45,7 @@ MAX_NDIM = 4
 MAX_DEPTH = 16
 MAX_FRAMES = 1 + MAX_ARRAYS
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024  # a whole message; a 640x480 RGB frame is 0.9 MB
+MAX_CHUNK = 256  # actions in one chunk (25.6 s at 10 Hz)
 
 
 class ProtocolError(ValueError):
@@ -204,10 +207,33 @@ def validate_request(msg: Message) -> None:
                 raise ProtocolError("body", f"unknown reset option {key!r} (known: {sorted(RESET_OPTIONS)})")
             if type(value) is not want:
                 raise ProtocolError("body", f"reset option {key!r} must be {want.__name__}, got {value!r}")
+    elif msg.kind == "chunk":
+        validate_chunk(msg)
     elif msg.kind == "hello":
         session = body.get("session", "")
         if not isinstance(session, str) or len(session) > 128:
             raise ProtocolError("body", "hello session must be a string of at most 128 characters")
+
+
+def validate_chunk(msg: Message) -> None:
+    """A chunk is refused whole (nothing queued, nothing moves) unless every action is a
+    finite 7-vector and its timing fields are sane."""
+    actions = msg.arrays.get("actions")
+    if actions is None:
+        raise ProtocolError("body", "chunk needs an 'actions' array of shape (H, 7)")
+    if actions.ndim != 2 or actions.shape[1] != 7 or not 1 <= actions.shape[0] <= MAX_CHUNK:
+        raise ProtocolError("body", f"chunk actions must be (H, 7) with 1 <= H <= {MAX_CHUNK}, got {actions.shape}")
+    if actions.dtype.kind != "f":
+        raise ProtocolError("body", f"chunk actions must be floats, got {actions.dtype}")
+    bad = np.flatnonzero(~np.isfinite(actions).all(axis=1))
+    if bad.size:
+        raise ProtocolError("unsafe", f"chunk action {int(bad[0])} is not finite: the whole chunk refused, nothing moves")
+    start = msg.body.get("start_tick")
+    if start is not None and (type(start) is not int or start < 0):
+        raise ProtocolError("body", f"chunk start_tick must be nil or an int >= 0, got {start!r}")
+    blend = msg.body.get("blend", 0)
+    if type(blend) is not int or not 0 <= blend <= MAX_CHUNK:
+        raise ProtocolError("body", f"chunk blend must be an int in [0, {MAX_CHUNK}], got {blend!r}")
 
 
 def finite_body(body: Mapping[str, Any]) -> dict[str, Any]:

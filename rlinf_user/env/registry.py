@@ -11,6 +11,7 @@ SIM_BACKENDS: dict[str, str] = {
     "maniskill": "rlinf_user.sims.maniskill:ManiSkillEnv",
     "gym_hil": "rlinf_user.sims.gym_hil:GymHilEnv",
     "robosuite": "rlinf_user.sims.robosuite:RobosuiteEnv",
+    "reach": "rlinf_user.sims.reach:ReachEnv",
 }
 ROBOT_BACKENDS: dict[str, str] = {
     # any robot (or served simulator) behind `rlinf-user edge`; the name picks the defaults

@@ -31,8 +31,8 @@ class ShapedVectorEnv:
         self.venv = venv
         self.bonus = float(bonus)
 
-    def step(self, actions: np.ndarray, reset_seeds: Sequence[int | None] | None = None):
-        obs, rewards, terms, truncs, infos = self.venv.step(actions, reset_seeds=reset_seeds)
+    def step(self, actions: np.ndarray, reset_seeds: Sequence[int | None] | None = None, **kw):
+        obs, rewards, terms, truncs, infos = self.venv.step(actions, reset_seeds=reset_seeds, **kw)
         return obs, success_bonus(rewards, terms, infos, self.bonus), terms, truncs, infos
 
     def __getattr__(self, name: str) -> Any:  # everything else is the wrapped env's

@@ -42,11 +42,14 @@ class VectorEnv(Protocol):
 class EnvBatch:
     """Steps ``len(envs)`` contract envs in lock-step with same-step auto-reset."""
 
+    can_hold = True  # step(active=...) leaves inactive envs untouched
+
     def __init__(self, env_fns: Sequence[Callable[[], ContractEnv]]):
         self.envs = [fn() for fn in env_fns]
         self.num_envs = len(self.envs)
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
+        self._last: list[dict[str, Any]] = []
 
     def reset(self, seed: int | None = None, seeds: Sequence[int | None] | None = None) -> dict[str, Any]:
         """Reset every env: env ``i`` with ``seeds[i]`` when given, else ``seed + 1000 i``."""
@@ -55,12 +58,22 @@ class EnvBatch:
             s = seeds[i] if seeds is not None else (None if seed is None else seed + 1000 * i)
             o, _ = env.reset(seed=s)
             obs.append(o)
+        self._last = obs
         return stack_obs(obs)
 
-    def step(self, actions: np.ndarray, reset_seeds: Sequence[int | None] | None = None):
-        """``reset_seeds[i]``: the seed env ``i`` resets with if its episode ends now."""
+    def step(self, actions: np.ndarray, reset_seeds: Sequence[int | None] | None = None, active=None):
+        """``reset_seeds[i]``: the seed env ``i`` resets with if its episode ends now.
+        ``active[i]`` False: env ``i`` is not stepped (it keeps its observation, reward 0,
+        no end, ``info["held"]``): GRPO holds an env whose group is still running."""
         obs, rews, terms, truncs, infos = [], [], [], [], []
         for i, env in enumerate(self.envs):
+            if active is not None and not active[i]:
+                obs.append(self._last[i])
+                rews.append(0.0)
+                terms.append(False)
+                truncs.append(False)
+                infos.append({"success": False, "held": True})
+                continue
             o, r, te, tr, info = env.step(actions[i])
             if te or tr:
                 info = dict(info)
@@ -71,6 +84,7 @@ class EnvBatch:
             terms.append(te)
             truncs.append(tr)
             infos.append(info)
+        self._last = obs
         return (
             stack_obs(obs),
             np.asarray(rews, dtype=np.float32),
@@ -81,6 +95,7 @@ class EnvBatch:
 
     def end_episode(self, i: int) -> dict[str, Any]:
         obs, _ = self.envs[i].reset()
+        self._last[i] = obs
         return obs
 
     def close(self) -> None:

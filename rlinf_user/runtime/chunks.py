@@ -42,12 +42,15 @@ class ChunkQueue:
         self.version[rows] = version
 
     def pop(self) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
-        """This step's action per env, the extras, and the oldest version among them."""
+        """This step's action per env, the extras, and the oldest version among them.
+
+        Everything returned is a copy: the caller keeps it (a pending transition) while
+        :meth:`put` overwrites the queue's arrays in place for the next chunk."""
         if len(self.empty_rows()):
             raise RuntimeError("an env has no queued action")
         a = self.actions[np.arange(self.num_envs), self.pos]
         self.pos += 1
-        return a, dict(self.extras), int(self.version.min())
+        return a, {k: v.copy() for k, v in self.extras.items()}, int(self.version.min())
 
     def drop(self, rows) -> None:
         self.length[rows] = 0

@@ -23,7 +23,7 @@ import torch
 from rlinf_user.env.registry import make_vector_env
 from rlinf_user.env.spec import Col, EnvSpec, flat_obs, index_obs, instruction_array, obs_to_torch
 from rlinf_user.runtime.chunks import ChunkQueue
-from rlinf_user.runtime.seeds import group_id, group_seed
+from rlinf_user.runtime.seeds import EVAL_WORKER_ID, group_id, group_seed
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +92,16 @@ class EnvWorker:
         self.version = -1  # the policy version of the latest actions
         self.min_version: int | None = None  # a synchronous round's policy version
         self.on_policy = on_policy(cfg)
-        # GRPO: envs in groups of group_size; the k-th episode of every env in a group
-        # resets from the same seed
-        self.group_size = int(cfg.algo.group_size) if cfg.algo.name == "grpo" else 0
+        # GRPO: a training worker's envs in groups of group_size; the k-th episode of every
+        # env in a group resets from the same seed (evaluation draws its own seeds)
+        grouped = cfg.algo.name == "grpo" and worker_id != EVAL_WORKER_ID
+        self.group_size = int(cfg.algo.group_size) if grouped else 0
         if self.group_size and n % self.group_size:
             raise ValueError(f"algo.group_size={self.group_size} does not divide this worker's {n} envs")
+        # ... and a group's envs run their episodes in lock-step: an env whose episode ended
+        # is held (not stepped) until the rest of its group ended theirs too, so a group's
+        # episodes come from one policy version and none waits on a slower sibling
+        self.held = np.zeros(n, dtype=bool) if self.group_size and getattr(self.envs, "can_hold", False) else None
         self.reward = None  # the reward role's client: a learned success classifier
         if reward_name is not None:
             from rlinf_user.runtime.reward_server import RewardClient
@@ -270,7 +275,11 @@ class EnvWorker:
                 self.episode_index += 1  # the seeds an env resets with if its episode ends now
                 reset_seeds = self._group_seeds()
                 self.episode_index -= 1
-            next_obs, rewards, terms, truncs, infos = self.envs.step(self.adapter.env_action(actions), reset_seeds=reset_seeds)
+            held = None if self.held is None else self.held.copy()
+            hold = {} if held is None else {"active": ~held}
+            next_obs, rewards, terms, truncs, infos = self.envs.step(
+                self.adapter.env_action(actions), reset_seeds=reset_seeds, **hold
+            )
             if self.reward is not None:  # the learned reward replaces the env's
                 rewards, classified = self.reward.score(self._own_next(next_obs, terms, truncs, infos))
                 self.episode_classified |= classified
@@ -290,20 +299,25 @@ class EnvWorker:
                 cols.update({k: v for k, v in extras.items() if k in ON_POLICY_EXTRAS})
                 if groups is not None:
                     cols[Col.GROUP] = groups
+            live = np.ones(num, dtype=bool) if held is None else ~held  # held envs made no step
+            if not live.all():
+                cols = {k: v[live] for k, v in cols.items()}
             self.pending.append(cols)
-            self.pending_rows += num
-            self.env_step += 1
+            self.pending_rows += int(live.sum())
+            self.env_step += live
             self.episode_return += rewards
-            self.episode_len += 1
+            self.episode_len += live
             self.episode_interventions += flags
             for i in np.flatnonzero(done):
                 episodes.append(self._episode_done(int(i), infos[i]))
             if done.any():
                 self.chunks.drop(np.flatnonzero(done))  # a chunk never crosses into the next episode
                 self.episode_index[done] += 1
+            if self.held is not None:
+                self._hold_groups(done)
             self.obs = next_obs
-            steps += 1
-            self.env_steps += num
+            steps += int(live.sum())
+            self.env_steps += int(live.sum())
             if self.pending_rows >= self.cfg.buffer.chunk_steps:
                 self._flush()
         self._flush()
@@ -313,13 +327,22 @@ class EnvWorker:
             "worker": self.worker_id,
             "member": self.member_name,
             "node": self.identity()["node"],
-            "steps": steps * num,
+            "steps": steps,
             "seconds": time.perf_counter() - t0,
             "episodes": episodes,
             "policy_version": self.version,
             "supervisor_lost": None if self.supervisor is None else self.supervisor.lost,
             "rollout_lost": lost,
         }
+
+    def _hold_groups(self, done: np.ndarray) -> None:
+        """Hold the envs whose episode just ended; release a group once all of it is held
+        (its envs then start their next episodes together, from the group's next seed)."""
+        self.held |= done
+        ended = np.repeat(self.held.reshape(-1, self.group_size).all(axis=1), self.group_size)
+        if ended.any():
+            self.held[ended] = False
+            self.chunks.drop(np.flatnonzero(ended))
 
     def _with_final_obs(self, fleet_next: dict[str, Any], done: np.ndarray, infos) -> dict[str, Any]:
         """The observations each step reached: where an episode ended, its final one (the

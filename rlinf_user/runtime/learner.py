@@ -76,7 +76,8 @@ class Learner:
             from rlinf_user.data.segments import OnPolicyStore
 
             group = int(algo.group_size) if algo.name == "grpo" else None
-            self.segments = OnPolicyStore(algo.gamma, algo.gae_lambda, group, algo.reward_scale)
+            baseline = str(algo.get("baseline", "episode")) if group else "episode"
+            self.segments = OnPolicyStore(algo.gamma, algo.gae_lambda, group, algo.reward_scale, baseline)
         elif replay is None:  # collocated: the buffer lives in this process
             from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos, reward_settings
 
@@ -90,6 +91,7 @@ class Learner:
                 keep_full_log=bool(cfg.buffer.get("keep_full_log", False)),
                 segment_mb=float(cfg.buffer.get("segment_mb", 256.0)),
                 reward=reward_settings(cfg),
+                instruction=bool(self.spec.instruction),
             )
         else:
             self.remote_replay = replay

@@ -143,6 +143,17 @@ def streaming_loop(tr, sched: Schedule) -> str:
     def train():
         return tr.learner.train.remote(TRAIN_CALL_UPDATES, p.env_steps, min_rows)
 
+    # algo.paced: a worker's next rollout waits while the learner is more than one round
+    # of rollouts behind its update-to-data ratio
+    paced = not tr.on_policy and bool(cfg.algo.get("paced", False))
+    utd = max(float(cfg.algo.get("utd_ratio", 1.0)), 1e-9)
+    slack = int(cfg.algo.get("learning_starts", 0)) + TRAIN_CALL_UPDATES / utd
+    slack += ROLLOUT_STEPS * int(cfg.placement.envs_per_worker) * len(pool.slots)
+    waiting: set[int] = set()  # workers whose next rollout waits for the learner
+
+    def behind() -> bool:
+        return paced and p.env_steps > p.updates / utd + slack
+
     for slot in pool.running():
         queue(slot)
     last_idle_warning = time.monotonic()
@@ -174,12 +185,20 @@ def streaming_loop(tr, sched: Schedule) -> str:
                     tr._rollout_lost()
                 queued = sum(1 for j, _ in rollout_calls.values() if j == i)
                 if p.env_steps + queued * ROLLOUT_STEPS < cfg.total_env_steps:
-                    rollout_calls[rollout(slot)] = (i, slot.generation)
+                    if behind():
+                        waiting.add(i)
+                    else:
+                        rollout_calls[rollout(slot)] = (i, slot.generation)
+        if waiting and not behind():
+            for i in waiting:
+                if pool.slots[i].status == "running" and p.env_steps < cfg.total_env_steps:
+                    rollout_calls[rollout(pool.slots[i])] = (i, pool.slots[i].generation)
+            waiting.clear()
         tr._watch_reward_server()
         for slot in pool.arrivals():
             if p.env_steps < cfg.total_env_steps:
                 queue(slot)
-        if not rollout_calls and p.env_steps < cfg.total_env_steps and time.monotonic() - last_idle_warning > 30:
+        if not rollout_calls and not waiting and p.env_steps < cfg.total_env_steps and time.monotonic() - last_idle_warning > 30:
             last_idle_warning = time.monotonic()
             log.warning("no env worker is running (fleet: %s); waiting for a node to come back", pool.status())
         reason = sched.tick()
@@ -188,7 +207,7 @@ def streaming_loop(tr, sched: Schedule) -> str:
             break
         if not rollout_calls and p.env_steps >= cfg.total_env_steps:
             break
-    _learner_result(tr, train_call)
+    _learner_metrics(tr, _learner_result(tr, train_call))  # its version is the checkpoint's
     return stop_reason
 
 

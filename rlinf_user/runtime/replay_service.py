@@ -42,6 +42,7 @@ class ReplayService:
         keep_full_log: bool = False,
         segment_mb: float = 256.0,
         reward: dict | None = None,
+        instruction: bool = False,
     ):
         self.buffer = ReplayBuffer(
             capacity, directory, keep_full_log=keep_full_log, segment_bytes=int(segment_mb * 2**20)
@@ -49,7 +50,7 @@ class ReplayService:
         self.restored = self.buffer.restore()
         self.demos: ReplayBuffer | None = None
         if demo_path:
-            self.demos = load_demo_buffer(demo_path, cameras)
+            self.demos = load_demo_buffer(demo_path, cameras, instruction)
             if reward and reward.get("classifier"):
                 relabel_rewards(self.demos, reward)
         self.rng = np.random.default_rng(seed)
@@ -208,12 +209,14 @@ def relabel_rewards(buf: ReplayBuffer, reward: dict) -> None:
     log.info("demos: rewards relabelled by the success classifier (%d of %d transitions successes)", positives, buf.size)
 
 
-def load_demo_buffer(path: str, cameras: list[str] | None = None) -> ReplayBuffer:
+def load_demo_buffer(path: str, cameras: list[str] | None = None, instruction: bool = False) -> ReplayBuffer:
     """Demonstrations from a LeRobotDataset v3.0 folder (``rlinf-user teleop`` output) or
-    a replay log folder (a run's ``buffer/``). ``cameras``: image keys to load."""
+    a replay log folder (a run's ``buffer/``). ``cameras``: image keys to load;
+    ``instruction``: the env observes a language instruction, which a LeRobot episode's
+    ``task`` supplies (a replay log stored its own)."""
     p = Path(path)
     if (p / "meta" / "info.json").exists():
-        return _lerobot_demos(p, cameras or [])
+        return _lerobot_demos(p, cameras or [], instruction)
     if (p / "buffer").is_dir():
         p = p / "buffer"
     if not p.is_dir() or not list(p.glob("seg-*.log")):
@@ -227,14 +230,14 @@ def load_demo_buffer(path: str, cameras: list[str] | None = None) -> ReplayBuffe
     return demos
 
 
-def _lerobot_demos(root: Path, cameras: list[str]) -> ReplayBuffer:
+def _lerobot_demos(root: Path, cameras: list[str], instruction: bool = False) -> ReplayBuffer:
     from rlinf_user.data.lerobot_reader import LeRobotReader, episode_transitions
 
     reader = LeRobotReader(root)
     chunks = []
     policy_steps = 0
     for ep in reader.episodes(images=bool(cameras)):
-        chunk = episode_transitions(ep, cameras)
+        chunk = episode_transitions(ep, cameras, instruction)
         if chunk is None:
             continue
         # An HG-DAgger session (or an RL run's recording) holds the policy's own steps too:

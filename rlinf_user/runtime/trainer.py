@@ -119,6 +119,7 @@ class Trainer(Supervision):
                     bool(cfg.buffer.get("keep_full_log", False)),
                     float(cfg.buffer.get("segment_mb", 256.0)),
                     reward_settings(cfg),
+                    bool(self.spec.instruction),
                 )
             )
         self._learner_cls = ray.remote(Learner)

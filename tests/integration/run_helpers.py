@@ -1,5 +1,6 @@
-"""Short training runs shared by the runtime tests: a small PushCube config and the
-transitions a run left in its buffer."""
+"""Short training runs shared by the runtime tests: a small config on the kinematic reach
+sim (the runtime is what these tests exercise; the simulator backends have their own
+tests) and the transitions a run left in its buffer."""
 
 import numpy as np
 
@@ -7,12 +8,13 @@ from rlinf_user.config.compose import compose_config, validate
 from rlinf_user.data.record_log import RecordLog
 
 
-def pushcube_cfg(tmp_path, *extra):
-    """1200 env steps of PushCube with a small MLP, evaluated and checkpointed twice;
-    ``extra`` overrides come last, so they win."""
+def short_cfg(tmp_path, *extra, sim: str = "reach"):
+    """1200 env steps of reach (or ManiSkill's PushCube with ``sim="maniskill"``) with a
+    small MLP, evaluated and checkpointed twice; ``extra`` overrides come last, so they win."""
+    task = ["env.task=PushCube-v1"] if sim == "maniskill" else []
     cfg = compose_config(
         [
-            "env.task=PushCube-v1",
+            *task,
             "total_env_steps=1200",
             "algo.learning_starts=300",
             "algo.batch_size=64",
@@ -27,7 +29,7 @@ def pushcube_cfg(tmp_path, *extra):
             "progress=false",
             *extra,
         ],
-        sim="maniskill",
+        sim=sim,
     )
     validate(cfg)
     return cfg

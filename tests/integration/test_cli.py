@@ -90,3 +90,30 @@ def test_train_then_eval_writes_results_and_video(tmp_path):
     # the same run directory cannot be started twice by accident
     r = run("train", "--sim", "maniskill", f"run_root={tmp_path}", "run_name=cli", "progress=false")
     assert r.returncode == 2 and "resume=" in r.stderr
+
+
+def test_eval_a_vla_folder_without_a_run(tmp_path):
+    """``rlinf-user eval --sim reach policy=pi0 policy.checkpoint=<folder>``: a pretrained
+    policy (here a tiny pi0 written in openpi's layout) evaluated in chunks of H actions."""
+    pytest.importorskip("transformers")
+    import numpy as np
+    import torch
+
+    from rlinf_user.policies.pi0_checkpoint import NormStats, save_openpi
+    from rlinf_user.policies.pi0_model import Pi0Config, Pi0Model
+
+    torch.manual_seed(0)
+    stats = {k: NormStats(np.zeros(32, np.float32), np.ones(32, np.float32)) for k in ("state", "actions")}
+    folder = save_openpi(Pi0Model(Pi0Config.tiny(horizon=5)), tmp_path / "pi0_folder", stats)
+    r = run("eval", "--sim", "reach", "policy=pi0", f"policy.checkpoint={folder}", "--episodes", "2",
+            "--video-episodes", "0", "--out", str(tmp_path / "out"))  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    data = json.loads((tmp_path / "out" / "eval.json").read_text())
+    assert data["episodes"] == 2 and data["horizon"] == 5 and data["checkpoint"] == str(folder)
+    assert all(e["length"] == 50 for e in data["per_episode"])  # a random model reaches no goal
+    r = run("eval", "--sim", "reach", "policy=pi0", f"policy.checkpoint={tmp_path / 'absent'}", "--episodes", "1")
+    assert r.returncode == 2 and "absent: no model.safetensors" in " ".join(r.stderr.split())
+    r = run("eval", "--sim", "reach", "policy=pi0", f"policy.checkpoint={folder}", "policy.cameras=[side]", "--episodes", "1")
+    assert r.returncode == 2 and "policy=pi0: " in r.stderr and "Traceback" not in r.stderr
+    r = run("eval", "--episodes", "1")
+    assert r.returncode == 2 and "--sim/--robot with policy=" in " ".join(r.stderr.split())

@@ -319,3 +319,26 @@ def test_state_stream_delivers_latest_values(edge, keys):
     assert msg.kind == "state" and msg.arrays["state"].shape == (21,)
     c.close()
     sub.close()
+
+
+def test_a_chunk_runs_on_the_served_sim_one_action_per_tick(edge, keys):
+    """Through the real daemon process: a chunk is queued and run at the control rate
+    while the client does nothing; a chunk with a NaN is refused whole and nothing moves."""
+    c = client(edge, keys)
+    try:
+        c.hello()
+        c.reset(seed=0)
+        before = telemetry(edge, keys)
+        bad = np.zeros((5, 7), np.float32)
+        bad[2, 0] = np.nan
+        with pytest.raises(EdgeRefused, match=r"unsafe.*chunk action 2 is not finite"):
+            c.chunk(bad)
+        ack = c.chunk(np.tile(np.array([0.3, 0, 0, 0, 0, 0, 0], np.float32), (20, 1)))
+        assert ack.body["queued"] == 20 and ack.body["late"] == 0
+        time.sleep(20 / HZ + 0.3)  # the chunk's 20 ticks, then the watchdog
+        after = telemetry(edge, keys)
+        assert after["applied"] - before["applied"] == 20  # every action ran, the NaN chunk none
+        assert after["chunks"]["received"] - before["chunks"]["received"] == 1
+        assert after["chunks"]["scheduled"] == 0 and after["holding"]
+    finally:
+        c.close()

@@ -81,3 +81,11 @@ def test_a_recorded_episode_is_stored_under_its_instruction(tmp_path):
     reader = LeRobotReader(tmp_path / "ds")
     tasks = {reader.episode(i, images=False).task for i in range(reader.num_episodes)}
     assert tasks and tasks <= set(TEXTS) and "default task" not in tasks
+    # as demonstrations for an env that observes instructions, each episode's task is the
+    # instruction of every transition drawn from it
+    from rlinf_user.runtime.replay_service import load_demo_buffer
+
+    demos = load_demo_buffer(str(tmp_path / "ds"), instruction=True)
+    batch = columns_to_torch(demos.sample(32, np.random.default_rng(0)))
+    assert set(batch["obs"]["instruction"]) <= tasks and set(batch["next_obs"]["instruction"]) <= tasks
+    assert "obs/instruction" not in load_demo_buffer(str(tmp_path / "ds")).sample(4, np.random.default_rng(0))

@@ -1,41 +1,47 @@
-"""Learning is real: a shortened SAC run on ManiSkill PushCube-v1 (state, translation-only
-end-effector control) with fixed seeds must reach a stated evaluation success rate.
+"""Learning is real: shortened SAC runs with fixed seeds must reach a stated evaluation
+success rate on goals they never trained from, through the whole runtime (Ray env
+worker, learner, weight store, persistent replay, evaluation worker). They assert
+success, never a loss value.
 
-This goes through the whole runtime (Ray env worker, learner, weight store, persistent
-replay, evaluation worker). It asserts success, never a loss value.
+CI uses the kinematic reach sim (a goal drawn per episode), so the minutes go to learning
+rather than to physics; SAC on ManiSkill PushCube, SAC-Flow and gym_hil's pick are
+benchmarks (``benchmarks/time_to_success.py``, ``benchmarks/bench_hil_serl.py``); the
+on-policy learners have theirs in ``test_on_policy.py``.
 """
 
 import json
 
 import pytest
 
-pytest.importorskip("mani_skill")
-
 from rlinf_user.config.compose import compose_config, validate  # noqa: E402
 from rlinf_user.rundir import create_run_dir  # noqa: E402
 from rlinf_user.runtime.trainer import Trainer  # noqa: E402
 
-SUCCESS_THRESHOLD = 0.75
+SUCCESS_THRESHOLD = 0.9
+EVAL_EPISODES = 20  # distinct goals per evaluation, from seeds training never uses
 
 
 @pytest.mark.slow
-def test_sac_learns_pushcube(tmp_path):
+def test_sac_learns_reach_on_distinct_goals(tmp_path):
+    """Seed 1 reaches 100% at about 18k env steps (8.4k updates); the budget leaves room."""
     import ray
 
     cfg = compose_config(
         [
-            "env.task=PushCube-v1",
             "seed=1",
-            "total_env_steps=90000",
+            "total_env_steps=30000",
+            "algo.paced=true",  # the reach sim outruns the learner: hold it to utd_ratio
+            "algo.utd_ratio=0.5",
+            "algo.batch_size=128",
+            "policy.hidden=[128,128]",
             f"target_success={SUCCESS_THRESHOLD}",  # stop as soon as the stated rate is met
-            "eval_every_steps=5000",
-            "eval_episodes=20",
-            "algo.learning_starts=2000",
+            "eval_every_steps=2000",
+            f"eval_episodes={EVAL_EPISODES}",
             f"run_root={tmp_path}",
-            "run_name=pushcube",
+            "run_name=reach",
             "progress=false",
         ],
-        sim="maniskill",
+        sim="reach",
     )
     validate(cfg)
     run_dir = create_run_dir(cfg)
@@ -47,8 +53,10 @@ def test_sac_learns_pushcube(tmp_path):
         trainer.close()
         ray.shutdown()
     summary = json.loads((run_dir / "eval" / "summary.json").read_text())
-    print("PushCube learning:", json.dumps(progress.history))
+    print("SAC reach learning:", json.dumps(progress.history))
     assert summary["best_eval_success"] >= SUCCESS_THRESHOLD, progress.history
+    # paced: the sim waited for the learner (unpaced, 20k steps met 700 updates)
+    assert progress.updates >= 0.5 * (progress.env_steps - 1000) - 1000, (progress.updates, progress.env_steps)
     # the run kept the policy of its best evaluation, exactly: evaluated again on the same
     # episode seeds it scores what it scored then (the latest policy may have moved on)
     from rlinf_user.env.registry import make_env
@@ -62,4 +70,3 @@ def test_sac_learns_pushcube(tmp_path):
     again = evaluate_policy(env, policy, cfg.eval_episodes)
     env.close()
     assert abs(again["success_rate"] - summary["best_eval_success"]) <= 0.1, (again, summary["best"])
-

@@ -1,13 +1,12 @@
-"""The real runtime end to end: Ray actors, a real ManiSkill env, persistent replay."""
+"""The real runtime end to end: Ray actors, env workers, persistent replay (ManiSkill's
+PushCube where a run must last long enough to be interrupted or read in order, else the
+reach sim)."""
 
 import json
 
 import numpy as np
 import pytest
-
-pytest.importorskip("mani_skill")
-
-from run_helpers import pushcube_cfg, transitions  # noqa: E402
+from run_helpers import short_cfg, transitions  # noqa: E402
 
 from rlinf_user.rundir import create_run_dir  # noqa: E402
 from rlinf_user.runtime.trainer import Trainer  # noqa: E402
@@ -24,7 +23,9 @@ def ray_runtime():
 
 @pytest.mark.parametrize("placement", ["collocated", "disaggregated"])
 def test_async_training_run_writes_a_complete_run_dir(tmp_path, ray_runtime, placement):
-    cfg = pushcube_cfg(tmp_path, f"placement={placement}")
+    # PushCube: a run slow enough that each worker's chunks reach the log in order (the
+    # next_obs check below reads the log in its order)
+    cfg = short_cfg(tmp_path, f"placement={placement}", sim="maniskill")
     run_dir = create_run_dir(cfg)
     trainer = Trainer(cfg, run_dir)
     try:
@@ -54,7 +55,7 @@ def test_async_training_run_writes_a_complete_run_dir(tmp_path, ray_runtime, pla
 
 
 def test_resume_continues_learner_and_buffer(tmp_path, ray_runtime):
-    cfg = pushcube_cfg(tmp_path)
+    cfg = short_cfg(tmp_path)
     run_dir = create_run_dir(cfg)
     first = Trainer(cfg, run_dir)
     try:
@@ -62,7 +63,7 @@ def test_resume_continues_learner_and_buffer(tmp_path, ray_runtime):
     finally:
         first.close()
     stored = len(transitions(run_dir)["reward"])
-    resumed = pushcube_cfg(tmp_path, f"resume={run_dir}", "total_env_steps=2000")
+    resumed = short_cfg(tmp_path, f"resume={run_dir}", "total_env_steps=2000")
     create_run_dir(resumed)
     second = Trainer(resumed, run_dir)
     try:
@@ -84,7 +85,7 @@ def test_killed_env_worker_is_restarted(tmp_path, ray_runtime):
 
     import ray
 
-    cfg = pushcube_cfg(tmp_path, "total_env_steps=1500")
+    cfg = short_cfg(tmp_path, "total_env_steps=1500", sim="maniskill")
     run_dir = create_run_dir(cfg)
     trainer = Trainer(cfg, run_dir)
     killed = []
@@ -110,13 +111,16 @@ def test_killed_env_worker_is_restarted(tmp_path, ray_runtime):
 def test_learner_killed_with_sigkill_comes_back_and_loses_no_data(tmp_path, ray_runtime, placement):
     """kill -9 of the learner process mid-run: it restarts from its latest checkpoint (the
     buffer restored from its log when it lived in the learner), versions continue above
-    the last published one, and every chunk the workers produced reaches the buffer."""
+    the last published one, and every chunk the workers produced reaches the buffer.
+    ``algo.paced`` holds the workers to the learner's update budget, so the run cannot end
+    before the restarted learner has published (unpaced, a slow restart could outlast the
+    remaining env steps: the run is then correct but proves nothing about the restart)."""
     import os
     import signal
 
     import ray
 
-    cfg = pushcube_cfg(tmp_path, f"placement={placement}", "total_env_steps=1800", "checkpoint_every_steps=300")
+    cfg = short_cfg(tmp_path, f"placement={placement}", "total_env_steps=1800", "checkpoint_every_steps=300", "algo.paced=true")
     run_dir = create_run_dir(cfg)
     trainer = Trainer(cfg, run_dir)
     killed: dict = {}
@@ -147,7 +151,7 @@ def test_sac_flow_trains_a_flow_policy_through_the_same_runtime(tmp_path, ray_ru
     from rlinf_user.evaluation import checkpoint_spec, evaluate_policy, load_policy_from_checkpoint
     from rlinf_user.runtime.learner import latest_checkpoint
 
-    cfg = pushcube_cfg(tmp_path, "algo=sac_flow", "policy=flow", "policy.flow_steps=3")
+    cfg = short_cfg(tmp_path, "algo=sac_flow", "policy=flow", "policy.flow_steps=3", sim="maniskill")
     run_dir = create_run_dir(cfg)
     with Trainer(cfg, run_dir) as trainer:
         progress = trainer.run()
@@ -163,4 +167,4 @@ def test_sac_flow_trains_a_flow_policy_through_the_same_runtime(tmp_path, ray_ru
         env.close()
     assert result["episodes"] == 1 and np.isfinite(result["mean_return"])
     with pytest.raises(ValueError, match="does not fit policy=mlp"):
-        load_policy_from_checkpoint(ckpt, pushcube_cfg(tmp_path), checkpoint_spec(ckpt))
+        load_policy_from_checkpoint(ckpt, short_cfg(tmp_path, sim="maniskill"), checkpoint_spec(ckpt))

@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 
 from rlinf_user.config.compose import ConfigError, compose_config, validate
@@ -32,6 +34,9 @@ def test_robot_requires_edge_host_and_names_the_key():
         validate(cfg)
     cfg = compose_config(["env.edge.host=172.16.0.2"], robot="franka")
     validate(cfg)
+    with pytest.raises(ConfigError, match="algo.paced=true.*a robot"):  # a robot cannot wait for the learner
+        validate(compose_config(["env.edge.host=172.16.0.2", "algo.paced=true"], robot="franka"))
+    validate(compose_config(["algo.paced=true"], sim="reach"))
 
 
 def test_unknown_names_fail_clearly():
@@ -59,6 +64,23 @@ def test_each_algorithm_has_its_own_typed_config():
     assert compose_config(["algo.learning_starts=5"]).algo.learning_starts == 5  # the command line wins
     assert compose_config(["algo=rlpd"]).algo.num_critics == 10
     assert compose_config([], robot="franka").algo.utd_ratio == 4.0
+
+
+def test_grpo_warns_when_hovering_out_scores_the_success_bonus(caplog):
+    """The horizon that hovering is scored over: 1/(1-gamma) steps for the per-step
+    baseline, the whole episode (50 steps on PushCube) for episode scoring."""
+
+    def warning(*extra):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="rlinf_user.config.compose"):
+            validate(compose_config(["algo=grpo", "policy=gaussian_ac", "placement.envs_per_worker=4", *extra], sim="maniskill"))
+        return " ".join(r.getMessage() for r in caplog.records if "algo=grpo" in r.getMessage())
+
+    assert "env.success_bonus=10 " in warning("env.success_bonus=8")  # step baseline, gamma 0.9
+    assert warning("env.success_bonus=10") == ""
+    assert "whole undiscounted episodes" in warning("env.success_bonus=10", "algo.baseline=episode")
+    assert "env.success_bonus=50 " in warning("env.success_bonus=10", "algo.baseline=episode")
+    assert warning("env.success_bonus=50", "algo.baseline=episode") == ""
 
 
 def test_an_algorithm_refuses_a_policy_that_cannot_serve_it():

@@ -92,3 +92,27 @@ def test_a_batch_ends_one_episode_on_request_and_leaves_the_others():
     obs, _, terms, truncs, _ = batch.step(np.tile([1.0, 0, 0, 0, 0, 0, 0], (2, 1)))
     np.testing.assert_allclose(obs["state"][:, 0], [0.0, 0.1])  # env 0 reached success and was auto-reset
     assert terms.tolist() == [True, False] and not truncs.any()
+
+
+def test_reach_sim_draws_episodes_from_its_seed_and_refuses_bad_options():
+    from rlinf_user.config.compose import compose_config
+    from rlinf_user.env.registry import make_env, validate_env_config
+    from rlinf_user.sims.reach import ReachEnv
+
+    cfg = compose_config([], sim="reach")
+    a, b = make_env(cfg.env, seed=3), make_env(cfg.env, seed=3)
+    first = [a.reset()[0]["state"] for _ in range(3)]
+    assert all(np.array_equal(x, y) for x, y in zip(first, [b.reset()[0]["state"] for _ in range(3)]))
+    assert not np.array_equal(first[0], first[1])  # a new goal and start every episode
+    obs, _ = a.reset(seed=11)
+    goal = obs["state"][3:6]
+    for _ in range(60):  # head for the goal: success terminates within the time limit
+        obs, reward, term, trunc, info = a.step(np.r_[np.clip((goal - a.tcp) / 0.02, -1, 1), np.zeros(4)])
+        if term or trunc:
+            break
+    assert term and info["success"] and info["distance"] < 0.03 and reward > 0.7
+    for bad, match in (("+env.kwargs.speed=2", "not reach options"), ("env.cameras=[front]", "no cameras"),
+                       ("env.reward=shaped", "dense or sparse"), ("env.task=Push", "not supported")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            validate_env_config(compose_config([bad], sim="reach").env)
+    assert isinstance(a, ReachEnv)

@@ -103,6 +103,27 @@ def test_grpo_normalises_returns_within_a_group_once_it_is_complete():
     assert store.rows() == 0 and store.pending_groups() == 0
 
 
+def test_grpo_step_baseline_credits_an_action_only_with_what_follows_it():
+    """baseline=step: advantage at t = reward-to-go minus the other episodes' mean
+    reward-to-go at t (0 past their end), scaled by one std for the whole group."""
+    store = OnPolicyStore(gamma=1.0, lam=1.0, group_size=2, baseline="step")
+    store.add(_rows(0, [0, 1, 2], [1, 0, 5], [0, 0, 0], term=[0, 0, 1], group=[3, 3, 3]))  # to-go 6, 5, 5
+    store.add(_rows(1, [0, 1], [2, 1], [0, 0], trunc=[0, 1], group=[3, 3]))  # to-go 3, 1 (then 0)
+    batch = store.take(lambda c: None, version=0)
+    adv = dict(zip(zip(batch[Col.ENV_ID].tolist(), batch[Col.STEP].tolist()), batch["advantage"].tolist()))
+    resid = np.array([6 - 3, 5 - 1, 5 - 0, 3 - 6, 1 - 5])
+    expected = resid / resid.std()
+    got = [adv[(0, 0)], adv[(0, 1)], adv[(0, 2)], adv[(1, 0)], adv[(1, 1)]]
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    # the same group scored by episode: every step gets its episode's normalised return
+    store = OnPolicyStore(gamma=1.0, lam=1.0, group_size=2)
+    store.add(_rows(0, [0, 1, 2], [1, 0, 5], [0, 0, 0], term=[0, 0, 1], group=[3, 3, 3]))
+    store.add(_rows(1, [0, 1], [2, 1], [0, 0], trunc=[0, 1], group=[3, 3]))
+    assert set(store.take(lambda c: None, version=0)["advantage"].round(5).tolist()) == {1.0, -1.0}
+    with pytest.raises(ValueError, match="baseline"):
+        OnPolicyStore(1.0, 1.0, 2, baseline="critic")
+
+
 def test_chunks_run_step_by_step_and_never_cross_an_episode():
     q = ChunkQueue(2)
     assert q.empty_rows().tolist() == [0, 1]
@@ -116,6 +137,17 @@ def test_chunks_run_step_by_step_and_never_cross_an_episode():
     assert a[:, 0].tolist() == [1, 9] and version == 4  # the oldest version among the actions
     with pytest.raises(FloatingPointError):
         q.put(np.array([0]), np.full((1, 3, 1), np.nan, np.float32), {}, 6)
+
+
+def test_popped_extras_stay_with_their_step_when_new_chunks_arrive():
+    """A pending transition keeps the log-prob/value/sample it was acted with: the next
+    query writes the queue's arrays in place and must not reach the rows already popped."""
+    q = ChunkQueue(2)
+    q.put(np.array([0, 1]), np.zeros((2, 1, 1), np.float32), {"log_prob": np.array([-1.0, -2.0])}, 0)
+    _, first, _ = q.pop()
+    q.put(np.array([0, 1]), np.ones((2, 1, 1), np.float32), {"log_prob": np.array([-3.0, -4.0])}, 0)
+    _, second, _ = q.pop()
+    assert first["log_prob"].tolist() == [-1.0, -2.0] and second["log_prob"].tolist() == [-3.0, -4.0]
 
 
 def test_spec_round_trips_and_columns_nest():

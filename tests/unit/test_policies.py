@@ -106,3 +106,42 @@ def test_a_nan_loss_stops_ppo_with_the_batch_statistics():
     with pytest.raises(NonFiniteLoss, match="update 0.*log-prob"):
         algo.update(batch)
     assert all(torch.equal(before[k], v) for k, v in algo.policy.state_dict().items())  # nothing was applied
+
+
+def test_running_state_statistics_match_the_whole_stream_and_travel_in_the_state_dict():
+    from rlinf_user.policies.encoders import StateNormalizer
+
+    rng = np.random.default_rng(1)
+    batches = [rng.normal(loc=[0.5, -3.0], scale=[0.02, 4.0], size=(n, 2)).astype(np.float32) for n in (7, 50, 300)]
+    norm = StateNormalizer(2)
+    for b in batches:
+        norm.update(torch.as_tensor(b))
+    whole = np.concatenate(batches)
+    np.testing.assert_allclose(norm.mean.numpy(), whole.mean(0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(norm.std.numpy(), np.maximum(whole.std(0), 1e-2), rtol=1e-3)
+    assert float(norm.count) == len(whole)
+    again = StateNormalizer(2)
+    state = {k: v for k, v in norm.state_dict().items() if k != "count"}  # a checkpoint from before the count
+    again.load_state_dict(state)
+    assert float(again.count) == 0 and torch.equal(again.mean, norm.mean)
+
+
+def test_ppo_refines_the_state_statistics_after_each_update_not_during_it():
+    """The rows of a round were acted with the statistics the learner trains with (the
+    log-prob ratio starts at exactly 1); the update then folds the round's states in."""
+    cfg = compose_config(["algo=ppo", "policy=gaussian_ac", "policy.hidden=[8]"])
+    algo = build_algorithm(cfg.algo, cfg.policy, SPEC)
+    n = 16
+    state = np.random.default_rng(0).normal(5.0, 2.0, size=(n, 4)).astype(np.float32)
+    out = algo.policy.act({"state": torch.as_tensor(state), "images": {}})
+    batch = {"obs/state": state, Col.SAMPLE: out.extras["sample"].numpy(), Col.LOG_PROB: out.extras["log_prob"].numpy(),
+             Col.VALUE: out.extras["value"].numpy(), "advantage": np.linspace(-1, 1, n, dtype=np.float32),
+             "return": np.ones(n, np.float32)}  # fmt: skip
+    m = algo.update(batch)
+    assert m["start_kl"] == pytest.approx(0.0, abs=1e-6)
+    norm = algo.policy.encoder.norm
+    assert float(norm.count) == n and np.allclose(norm.mean.numpy(), state.mean(0), atol=1e-5)
+    off = compose_config(["algo=ppo", "policy=gaussian_ac", "policy.hidden=[8]", "algo.norm_obs=false"])
+    plain = build_algorithm(off.algo, off.policy, SPEC)
+    plain.update(batch)
+    assert float(plain.policy.encoder.norm.count) == 0

@@ -1,0 +1,124 @@
+"""VLA chunk latency: ``policy=pi0`` at a size, per batch size, with the prefix KV cache
+(the VLM runs once per chunk, the K denoising steps run only the action expert over its
+cache) and, side by side in the same process, without it (the whole VLM+expert pass
+repeated at every denoising step, as a naive implementation does).
+
+Each measurement: contract observations (two uint8 cameras of 224x224, a 20-D state, an
+instruction) in, a chunk of H actions out, through ``Pi0Policy.act`` (resize, tokenise,
+normalise, sample, un-normalise). Warm-up, then ``--repeats`` timed chunks; median and
+p99 latency, and actions/s = batch x H / latency.
+
+    python benchmarks/bench_vla.py --sizes tiny small --batches 1 8 32
+    python benchmarks/bench_vla.py --sizes pi0 --batches 1 8 32 64 --device cuda --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from machine import describe
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def observations(b: int, rng: np.random.Generator):
+    from rlinf_user.env.spec import obs_to_torch
+
+    return obs_to_torch({
+        "state": rng.normal(size=(b, 20)).astype(np.float32),
+        "images": {c: rng.integers(0, 255, (b, 224, 224, 3), dtype=np.uint8) for c in ("front", "wrist")},
+        "instruction": np.array(["pick up the red cube"] * b),
+    })  # fmt: skip
+
+
+def uncached_sample(model, images, masks, tokens, token_mask, state, noise):
+    """The same Euler integration, the prefix re-encoded at every step (no KV cache)."""
+    import torch
+
+    k, dt, x = model.cfg.num_steps, -1.0 / model.cfg.num_steps, noise
+    for i in range(k):
+        emb, pad = model.embed_prefix(images, masks, tokens, token_mask)
+        t = torch.full((state.shape[0],), 1.0 + i * dt, device=state.device)
+        x = x + dt * model.velocity(model.encode_prefix(emb, pad), pad, state, x, t)
+    return x
+
+
+def measure(policy, b: int, repeats: int, cached: bool, device) -> dict:
+    import torch
+
+    rng = np.random.default_rng(0)
+    obs = observations(b, rng)
+    obs = {**obs, "state": obs["state"].to(device), "images": {k: v.to(device) for k, v in obs["images"].items()}}
+
+    def chunk():
+        if cached:
+            return policy.act(obs)
+        with torch.no_grad():
+            inputs = policy.model_inputs(obs)
+            noise = torch.randn(b, policy.model.cfg.horizon, policy.model.cfg.action_dim, device=device)
+            return uncached_sample(policy.model, *inputs, noise)
+
+    def sync():
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+
+    for _ in range(2):
+        chunk()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        chunk()
+        sync()
+        times.append(time.perf_counter() - t0)
+    ms = np.asarray(times) * 1e3
+    h = policy.horizon
+    return {"batch": b, "kv_cache": cached, "latency_ms_p50": round(float(np.median(ms)), 2),
+            "latency_ms_p99": round(float(np.percentile(ms, 99)), 2),
+            "actions_per_s": round(b * h / float(np.median(ms)) * 1e3, 1), "repeats": repeats}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", nargs="+", default=["tiny", "small"])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--uncached-batches", type=int, nargs="*", default=[1, 8], help="batches also run without the cache")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--out", default=str(RESULTS / "vla_chunk_latency.json"))
+    args = ap.parse_args()
+    import torch
+
+    from rlinf_user.config.compose import compose_config
+    from rlinf_user.env.spec import EnvSpec
+    from rlinf_user.policies.base import build_policy
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    spec = EnvSpec(state_dim=20, cameras={"front": (224, 224), "wrist": (224, 224)}, instruction=True)
+    rows = []
+    for size in args.sizes:
+        policy = build_policy(compose_config(["policy=pi0", f"policy.size={size}"]).policy, spec).eval()
+        policy = policy.to(device=args.device, dtype=getattr(torch, args.dtype))
+        params = sum(p.numel() for p in policy.parameters())
+        cfg = policy.model.cfg
+        for b in args.batches:
+            for cached in (True, False) if b in args.uncached_batches else (True,):
+                r = {"size": size, "params_m": round(params / 1e6, 2), "horizon": cfg.horizon, "denoise_steps": cfg.num_steps,
+                     "dtype": args.dtype, **measure(policy, b, args.repeats, cached, args.device)}  # fmt: skip
+                print(json.dumps(r), flush=True)
+                rows.append(r)
+    result = {"what": "pi0-style VLA chunk latency through Pi0Policy.act (2 cameras 224x224, 20-D state, instruction)",
+              "device": args.device, "threads": torch.get_num_threads(), "rows": rows, "machine": describe()}  # fmt: skip
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""``policy=openpi_remote`` against a websocket server that speaks openpi's policy-server
+wire format (metadata frame first, msgpack observations and actions with numpy arrays as
+``__ndarray__`` maps, errors as a text frame then close 1011), written here independently
+of the client."""
+
+import threading
+
+import msgpack
+import numpy as np
+import pytest
+import torch
+
+from rlinf_user.config.compose import compose_config
+from rlinf_user.env.spec import EnvSpec, obs_to_torch
+from rlinf_user.policies.base import build_policy
+from rlinf_user.policies.openpi_remote import OpenpiServerError, packb, unpackb
+
+SPEC = EnvSpec(state_dim=8, cameras={"front": (24, 32), "wrist": (16, 16)}, instruction=True)
+
+
+def server_decode(data: bytes):
+    def hook(m):
+        if m.get(b"__ndarray__"):
+            return np.frombuffer(m[b"data"], dtype=m[b"dtype"]).reshape(m[b"shape"])
+        return m
+
+    return msgpack.unpackb(data, object_hook=hook)
+
+
+def server_encode(obj) -> bytes:
+    def default(a):
+        return {b"__ndarray__": True, b"data": a.tobytes(), b"dtype": a.dtype.str, b"shape": list(a.shape)}
+
+    return msgpack.packb(obj, default=default)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """An openpi-style server: chunk t of 10 = state[:8] * 0.1 * (t + 1); 'fail' as the
+    prompt makes it answer with a traceback; 'short' with a 2-step chunk."""
+    from websockets.sync.server import serve
+
+    seen = []
+
+    def handler(ws):
+        ws.send(server_encode({"reset_pose": [0.0, 1.0]}))
+        for frame in ws:
+            obs = server_decode(frame)
+            seen.append(obs)
+            if obs.get("prompt") == "fail":
+                ws.send("Traceback (most recent call last):\n  ValueError: bad image")
+                ws.close(1011, "internal error")
+                return
+            n = 2 if obs.get("prompt") == "short" else 10
+            state = obs["observation/state"].astype(np.float32)
+            actions = np.stack([state[:8] * 0.1 * (t + 1) for t in range(n)])
+            ws.send(server_encode({"actions": actions, "policy_timing": {"infer_ms": 1.0}}))
+
+    srv = serve(handler, "127.0.0.1", 0, compression=None, max_size=None)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"ws://127.0.0.1:{srv.socket.getsockname()[1]}", seen
+    srv.shutdown()
+
+
+def obs(b=2, prompts=("pick up the cube", "push it")):
+    rng = np.random.default_rng(0)
+    return obs_to_torch({
+        "state": rng.normal(size=(b, 8)).astype(np.float32),
+        "images": {"front": rng.integers(0, 255, (b, 24, 32, 3), dtype=np.uint8), "wrist": rng.integers(0, 255, (b, 16, 16, 3), dtype=np.uint8)},
+        "instruction": np.array(list(prompts)[:b]),
+    })  # fmt: skip
+
+
+def remote(url, *extra):
+    return build_policy(compose_config(["policy=openpi_remote", f"policy.server={url}", *extra]).policy, SPEC)
+
+
+def test_the_wire_format_round_trips_with_an_independent_codec():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    back = server_decode(packb({"x": a, "u": np.zeros((2, 2, 3), np.uint8), "s": "text"}))
+    np.testing.assert_array_equal(back["x"], a)
+    assert back["u"].dtype == np.uint8 and back["s"] == "text"
+    np.testing.assert_array_equal(unpackb(server_encode({"actions": a}))["actions"], a)
+
+
+def test_acts_with_the_servers_chunks_and_sends_the_mapped_observation(server):
+    url, seen = server
+    p = remote(url)
+    o = obs()
+    out = p.act(o)
+    assert out.actions.shape == (2, 10, 7) and p.horizon == 10
+    expected = np.stack([o["state"][0].numpy()[:7] * 0.1 * (t + 1) for t in range(10)]).clip(-1, 1)
+    np.testing.assert_allclose(out.actions[0].numpy(), expected, rtol=1e-6)
+    req = seen[-1]  # the second row's request: each key as the config maps it
+    assert set(req) == {"observation/image", "observation/wrist_image", "observation/state", "prompt"}
+    assert req["observation/image"].shape == (24, 32, 3) and req["observation/image"].dtype == np.uint8
+    assert req["prompt"] == "push it" and req["observation/wrist_image"].shape == (16, 16, 3)
+    assert remote(url, "policy.horizon=4").act(obs(1)).actions.shape == (1, 4, 7)
+    assert p.client.metadata == {"reset_pose": [0.0, 1.0]}
+
+
+def test_server_errors_and_bad_replies_are_reported(server):
+    url, _ = server
+    with pytest.raises(OpenpiServerError, match="(?s)the openpi server failed:.Traceback.*bad image"):
+        remote(url).act(obs(1, ["fail"]))
+    with pytest.raises(OpenpiServerError, match=r"returned actions of shape \(2, 8\); need \(4"):
+        remote(url, "policy.horizon=4").act(obs(1, ["short"]))
+    with pytest.raises(OpenpiServerError, match="no openpi policy server at ws://127.0.0.1:9"):
+        remote("ws://127.0.0.1:9")
+    with pytest.raises(ValueError, match="policy.request maps 'images.side'"):
+        remote(url, "policy.request={observation/image: images.side}")
+    with pytest.raises(ValueError, match="needs policy.server"):
+        build_policy(compose_config(["policy=openpi_remote"]).policy, SPEC)
+    assert torch.is_tensor(remote(url).act(obs(1)).actions)
