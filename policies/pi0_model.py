@@ -24,13 +24,16 @@ checkpoints load by name (:mod:`rlinf_user.policies.pi0_checkpoint`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from rlinf_user.policies.flow_core import JointFlowModel, additive, attention_2d, layer_step, time_embedding
+
+_layer_step, _additive = layer_step, additive  # the names earlier code and tests use
+__all__ = ["Pi0Config", "Pi0Model", "attention_2d", "time_embedding"]
 
 
 @dataclass(frozen=True)
@@ -166,62 +169,22 @@ class PaliGemmaWithExpert(nn.Module):
         return self.language_model.embed_tokens(tokens)  # scaled by sqrt(width) inside (transformers 5)
 
 
-def _layer_step(layer, x, cos, sin, mask, past: tuple[torch.Tensor, torch.Tensor] | None):
-    """One Gemma decoder layer on one stream, its keys/values after RoPE returned (and,
-    with ``past``, the other stream's keys/values of this layer prepended)."""
-    from transformers.models.gemma.modeling_gemma import apply_rotary_pos_emb, eager_attention_forward
-
-    attn = layer.self_attn
-    b, n = x.shape[:2]
-    h = layer.input_layernorm(x)
-    shape = (b, n, -1, attn.head_dim)
-    q = attn.q_proj(h).view(shape).transpose(1, 2)
-    k = attn.k_proj(h).view(shape).transpose(1, 2)
-    v = attn.v_proj(h).view(shape).transpose(1, 2)
-    q, k = apply_rotary_pos_emb(q, k, cos, sin)
-    kv = (k, v)
-    if past is not None:
-        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-    out, _ = eager_attention_forward(attn, q, k, v, mask, scaling=attn.scaling)
-    x = x + attn.o_proj(out.reshape(b, n, -1))
-    x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return x, kv
-
-
-def attention_2d(pad: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
-    """big_vision's block mask: token q sees token k iff ``cumsum(att)[k] <= cumsum(att)[q]``
-    and both are real (not padding). (B, L) bools/ints -> (B, L, L) bool."""
-    cum = torch.cumsum(att.long(), dim=1)
-    allowed = cum[:, None, :] <= cum[:, :, None]
-    valid = pad[:, None, :].bool() & pad[:, :, None].bool()
-    return allowed & valid
-
-
-def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return torch.where(mask[:, None], torch.zeros((), dtype=dtype), torch.full((), torch.finfo(dtype).min, dtype=dtype))
-
-
-def time_embedding(t: torch.Tensor, dim: int, min_period: float, max_period: float) -> torch.Tensor:
-    """Sinusoidal embedding of the flow time, periods geometric in [min, max] (float64 math)."""
-    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
-    period = min_period * (max_period / min_period) ** fraction
-    arg = t.double()[:, None] * (2 * math.pi / period)[None]
-    return torch.cat([torch.sin(arg), torch.cos(arg)], dim=-1).float()
-
-
-class Pi0Model(nn.Module):
+class Pi0Model(JointFlowModel):
     def __init__(self, cfg: Pi0Config):
         super().__init__()
         self.cfg = cfg
         _, exp, _ = cfg.sizes()
         self.paligemma_with_expert = PaliGemmaWithExpert(cfg)
-        self.action_in_proj = nn.Linear(cfg.action_dim, exp.width)
-        self.action_out_proj = nn.Linear(exp.width, cfg.action_dim)
-        self.state_proj = nn.Linear(cfg.state_dim, exp.width)
-        self.action_time_mlp_in = nn.Linear(2 * exp.width, exp.width)
-        self.action_time_mlp_out = nn.Linear(exp.width, exp.width)
+        self.build_suffix(exp.width)
 
-    # -- prefix ---------------------------------------------------------------------------
+    def vlm_stack(self):
+        lm = self.paligemma_with_expert.language_model
+        return lm.layers, lm.rotary_emb
+
+    def expert_stack(self):
+        expert = self.paligemma_with_expert.gemma_expert.model
+        return expert.layers, expert.norm
+
     def embed_prefix(self, images: list[torch.Tensor], image_masks: list[torch.Tensor], tokens: torch.Tensor,
                      token_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """Embeddings (B, Lp, W) and pad mask (B, Lp) of cameras then instruction tokens."""
@@ -234,77 +197,3 @@ class Pi0Model(nn.Module):
         embs.append(pw.embed_language(tokens))
         pads.append(token_mask.bool())
         return torch.cat(embs, dim=1), torch.cat(pads, dim=1)
-
-    def encode_prefix(self, emb: torch.Tensor, pad: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Runs the VLM over the prefix; returns each layer's keys and values (the cache)."""
-        lm = self.paligemma_with_expert.language_model
-        pos = torch.cumsum(pad.long(), dim=1) - 1
-        cos, sin = lm.rotary_emb(emb, pos)
-        mask = _additive(attention_2d(pad, torch.zeros_like(pad)), emb.dtype)
-        cache, x = [], emb
-        for layer in lm.layers:
-            x, kv = _layer_step(layer, x, cos, sin, mask, None)
-            cache.append(kv)
-        return cache
-
-    # -- suffix ---------------------------------------------------------------------------
-    def embed_suffix(self, state: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        cfg = self.cfg
-        s = self.state_proj(state)[:, None]
-        a = self.action_in_proj(x_t)
-        te = time_embedding(t, a.shape[-1], cfg.min_period, cfg.max_period).to(a.dtype)
-        at = torch.cat([a, te[:, None].expand_as(a)], dim=-1)
-        at = self.action_time_mlp_out(F.silu(self.action_time_mlp_in(at)))
-        return torch.cat([s, at], dim=1)
-
-    def velocity(self, cache, prefix_pad: torch.Tensor, state: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """The expert's predicted velocity (B, H, action_dim) for noisy actions ``x_t`` at
-        time ``t``, attending to the cached prefix."""
-        expert = self.paligemma_with_expert.gemma_expert.model
-        lm = self.paligemma_with_expert.language_model
-        x = self.embed_suffix(state, x_t, t)
-        b, ls = x.shape[:2]
-        suffix_att = torch.zeros(b, ls, dtype=torch.long, device=x.device)
-        suffix_att[:, :2] = 1  # the state token, then the action block
-        pad = torch.cat([prefix_pad, torch.ones(b, ls, dtype=torch.bool, device=x.device)], dim=1)
-        att = torch.cat([torch.zeros_like(prefix_pad, dtype=torch.long), suffix_att], dim=1)
-        mask = _additive(attention_2d(pad, att)[:, prefix_pad.shape[1] :], x.dtype)
-        pos = prefix_pad.long().sum(dim=1, keepdim=True) + torch.arange(ls, device=x.device)[None]
-        cos, sin = lm.rotary_emb(x, pos)
-        for layer, past in zip(expert.layers, cache):
-            x, _ = _layer_step(layer, x, cos, sin, mask, past)
-        x = expert.norm(x)
-        return self.action_out_proj(x[:, -self.cfg.horizon :].float())
-
-    # -- training and sampling ------------------------------------------------------------
-    def sample_time(self, b: int, device) -> torch.Tensor:
-        beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
-        return (beta.sample((b,)) * 0.999 + 0.001).to(device)
-
-    def flow_loss(self, images, image_masks, tokens, token_mask, state, actions, noise=None, t=None) -> torch.Tensor:
-        """Per-element flow-matching loss (B, H, action_dim) on normalised, padded actions."""
-        b = actions.shape[0]
-        noise = torch.randn_like(actions) if noise is None else noise
-        t = self.sample_time(b, actions.device) if t is None else t
-        x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * actions
-        emb, pad = self.embed_prefix(images, image_masks, tokens, token_mask)
-        v = self.velocity(self.encode_prefix(emb, pad), pad, state, x_t, t)
-        return F.mse_loss(v, noise - actions, reduction="none")
-
-    @torch.no_grad()
-    def sample_actions(self, images, image_masks, tokens, token_mask, state, noise=None, num_steps: int | None = None):
-        """Euler integration from noise (t = 1) to actions (t = 0): (B, H, action_dim).
-        Returns the actions and the chain of intermediate ``x_t`` (K + 1, B, H, A)."""
-        k = int(num_steps or self.cfg.num_steps)
-        b = state.shape[0]
-        if noise is None:
-            noise = torch.randn(b, self.cfg.horizon, self.cfg.action_dim, device=state.device)
-        emb, pad = self.embed_prefix(images, image_masks, tokens, token_mask)
-        cache = self.encode_prefix(emb, pad)
-        dt = -1.0 / k
-        x, chain = noise, [noise]
-        for i in range(k):
-            t = torch.full((b,), 1.0 + i * dt, device=state.device)
-            x = x + dt * self.velocity(cache, pad, state, x, t)
-            chain.append(x)
-        return x, torch.stack(chain)

@@ -39,7 +39,9 @@ def test_acts_in_chunks_on_contract_observations():
     assert isinstance(p, Pi0Policy) and p.horizon == 4 and p.cameras == ["front", "wrist"]
     out = p.act(obs())
     assert out.actions.shape == (2, 4, 7) and out.actions.abs().max() <= 1.0
-    assert out.extras["noise"].shape == (2, 4, 32)
+    assert out.extras["sample"].shape == (2, 3 + 1, 4, 32)  # the Flow-Noise chain: K + 1 steps
+    assert out.extras["log_prob"].shape == (2, 4 * 7) and out.extras["value"].shape == (2,)
+    torch.testing.assert_close(out.actions, p.env_actions(out.extras["sample"][:, -1]))
     # deterministic: the flow from zero noise, the same chunk every time
     torch.testing.assert_close(p.act(obs(), deterministic=True).actions, p.act(obs(), deterministic=True).actions)
     # the instruction conditions the actions

@@ -1,0 +1,215 @@
+"""A flow VLA (:class:`rlinf_user.policies.flow_core.JointFlowModel`) behind the policy interface.
+
+Shared by ``policy=pi0`` and ``policy=lite_vla``; a subclass says how a camera frame becomes
+a model image (:meth:`FlowVLAPolicy.preprocess`) and how it is built from its config.
+
+* **Inputs**: each configured camera (uint8 HxWx3) is preprocessed, model image slots the
+  env has no camera for are masked out; the state is normalised with the statistics that
+  travel with the weights and zero-padded to the model's width; the observation's
+  ``instruction`` (else ``policy.prompt``) is tokenised, an over-budget one refused.
+* **Acting**: a chunk of ``H`` actions, the model's first ``action_dim`` outputs
+  un-normalised and clipped to the contract's [-1, 1]. Deterministic acting integrates the
+  ODE from zero noise. Stochastic acting samples the Flow-Noise chain (piRL): every
+  denoising step adds Gaussian noise whose std a small head (:class:`NoiseHead`) reads from
+  the expert, so the chain has a log-density. Extras: ``sample`` (the chain, K + 1 steps of
+  the normalised padded chunk), ``log_prob`` (per executed element, summed over the K
+  transitions: PPO clips each element's ratio), ``value``.
+* **Value**: an MLP over the expert's output at the state token (it sees the prefix and
+  the state, not the noisy actions), its input detached from the expert by default.
+* **Training**: ``policy.finetune`` = ``expert`` (vision tower and VLM frozen: the prefix
+  runs without gradients), ``lora`` (LoRA adapters on the VLM's attention projections,
+  peft) or ``full``. The expert, the projections and the heads always train.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from rlinf_user.env.spec import EnvSpec
+from rlinf_user.policies.base import Policy, PolicyOutput
+from rlinf_user.policies.flow_core import JointFlowModel, NoiseHead, value_mlp
+from rlinf_user.policies.pi0_checkpoint import NormStats, check_norm_stats
+from rlinf_user.policies.vla_text import PromptTokenizer
+
+FINETUNE = ("expert", "lora", "full")
+
+
+def cfg_getter(policy_cfg):
+    return policy_cfg.get if hasattr(policy_cfg, "get") else lambda k, d=None: getattr(policy_cfg, k, d)
+
+
+class FlowVLAPolicy(Policy):
+    """Scores recorded chains, has a value function, BC-trainable on action chunks."""
+
+    def __init__(self, spec: EnvSpec, model: JointFlowModel, norm: dict[str, NormStats], prompt: PromptTokenizer,
+                 cameras: list[str], default_prompt: str = "", *, num_cameras: int, expert_width: int,
+                 finetune: str = "expert", noise_std: tuple[float, float] = (0.08, 0.16),
+                 detach_critic: bool = True, lora_rank: int = 8):  # fmt: skip
+        super().__init__(spec)
+        cfg = model.cfg
+        if spec.action_dim > cfg.action_dim or spec.state_dim > cfg.state_dim:
+            raise ValueError(
+                f"the env's state ({spec.state_dim}) / action ({spec.action_dim}) dims exceed the model's "
+                f"padded widths ({cfg.state_dim} / {cfg.action_dim})"
+            )
+        if prompt.vocab_size > self.vocab_size_of(model):
+            raise ValueError(f"the tokenizer has {prompt.vocab_size} ids, the model's vocabulary {self.vocab_size_of(model)}")
+        check_norm_stats(norm, spec.state_dim, spec.action_dim)
+        unknown = [c for c in cameras if c not in spec.cameras]
+        if unknown or len(cameras) > num_cameras:
+            raise ValueError(f"policy.cameras={cameras}: the env has {sorted(spec.cameras)} and the model {num_cameras} image slots")
+        if finetune not in FINETUNE:
+            raise ValueError(f"policy.finetune={finetune!r}: one of {', '.join(FINETUNE)}")
+        self.model = model
+        self.norm = norm
+        self.prompt = prompt
+        self.cameras = list(cameras)
+        self.num_cameras = int(num_cameras)
+        self.default_prompt = default_prompt
+        self.horizon = cfg.horizon
+        self.finetune = finetune
+        self.detach_critic = bool(detach_critic)
+        self.noise_head = NoiseHead(expert_width, cfg.action_dim, spec.action_dim, *noise_std)
+        self.value_head = value_mlp(expert_width)
+        for key in ("state", "actions"):  # the statistics travel with the weights
+            s = norm[key]
+            self.register_buffer(f"{key}_mean", torch.as_tensor(s.mean, dtype=torch.float32))
+            self.register_buffer(f"{key}_std", torch.as_tensor(s.std, dtype=torch.float32))
+        self.set_finetune(finetune, lora_rank)
+
+    @staticmethod
+    def vocab_size_of(model) -> int:
+        return int(model.cfg.vocab_size)
+
+    # -- what trains ------------------------------------------------------------------------
+    def frozen_modules(self) -> list[torch.nn.Module]:  # pragma: no cover
+        """The vision tower and VLM (frozen with ``finetune=expert``)."""
+        raise NotImplementedError
+
+    def lora_targets(self) -> torch.nn.Module:  # pragma: no cover
+        """The module whose attention projections get LoRA adapters."""
+        raise NotImplementedError
+
+    def set_finetune(self, mode: str, rank: int = 8) -> None:
+        if mode == "full":
+            return
+        for m in self.frozen_modules():
+            m.requires_grad_(False)
+        if mode == "lora":
+            from peft import LoraConfig, inject_adapter_in_model
+
+            conf = LoraConfig(r=int(rank), lora_alpha=2 * int(rank), target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+            inject_adapter_in_model(conf, self.lora_targets())
+
+    def prefix_grad(self) -> bool:
+        return self.finetune != "expert" and torch.is_grad_enabled()
+
+    # -- inputs ---------------------------------------------------------------------------
+    def preprocess(self, frames: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        """(B, H, W, 3) uint8 -> the model's image tensor (B, 3, S, S)."""
+        raise NotImplementedError
+
+    def blank_image(self, b: int, device) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    def model_inputs(self, obs: dict[str, Any]):
+        state = obs["state"].float()
+        b, dev = state.shape[0], state.device
+        images, masks = [], []
+        for i in range(self.num_cameras):
+            if i < len(self.cameras):
+                images.append(self.preprocess(obs["images"][self.cameras[i]].to(dev)))
+                masks.append(torch.ones(b, dtype=torch.bool, device=dev))
+            else:  # a slot this env has no camera for: a blank image, masked out
+                images.append(self.blank_image(b, dev))
+                masks.append(torch.zeros(b, dtype=torch.bool, device=dev))
+        prompts = obs.get("instruction") or [self.default_prompt] * b
+        tokens, token_mask = self.prompt(list(prompts), dev)
+        n = state.shape[-1]
+        s = (state - self.state_mean[:n]) / (self.state_std[:n] + 1e-6)
+        s = F.pad(s, (0, self.model.cfg.state_dim - n))
+        return images, masks, tokens, token_mask, s
+
+    def prefix(self, obs: dict[str, Any]):
+        """(cache, pad, normalised state) of a batch of observations."""
+        images, masks, tokens, token_mask, state = self.model_inputs(obs)
+        with torch.set_grad_enabled(self.prefix_grad()):
+            cache, pad = self.model.prefix(images, masks, tokens, token_mask)
+        return cache, pad, state
+
+    def normalise_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env actions (..., action_dim) -> the model's normalised, padded targets."""
+        n = actions.shape[-1]
+        a = (actions - self.actions_mean[:n]) / (self.actions_std[:n] + 1e-6)
+        return F.pad(a, (0, self.model.cfg.action_dim - n))
+
+    def env_actions(self, x: torch.Tensor) -> torch.Tensor:
+        n = self.spec.action_dim
+        return (x[..., :n] * (self.actions_std[:n] + 1e-6) + self.actions_mean[:n]).clamp(-1.0, 1.0)
+
+    # -- acting ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
+        cache, pad, state = self.prefix(obs)
+        b, cfg = state.shape[0], self.model.cfg
+        shape = (b, cfg.horizon, cfg.action_dim)
+        if deterministic:
+            chain = self.model.denoise(cache, pad, state, torch.zeros(shape, device=state.device))
+            return PolicyOutput(self.env_actions(chain[-1]), {})
+        chain = self.model.denoise(cache, pad, state, torch.randn(shape, device=state.device), std_fn=self.noise_head)
+        logp, _ = self.model.chain_log_prob(cache, pad, state, chain, self.noise_head)
+        sample = chain.transpose(0, 1).contiguous()  # (B, K + 1, H, A)
+        value = self.value_head(self.model.state_features(cache, pad, state).float()).squeeze(-1)
+        return PolicyOutput(self.env_actions(chain[-1]), {"sample": sample, "log_prob": logp.flatten(1), "value": value})
+
+    # -- training -------------------------------------------------------------------------
+    def log_prob(self, obs: dict[str, Any], sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-element log-prob (B, H * action_dim) of recorded chains ``sample`` (B, K + 1,
+        H, A) under the current weights, and the per-element entropy of the step noise."""
+        cache, pad, state = self.prefix(obs)
+        logp, ent = self.model.chain_log_prob(cache, pad, state, sample.transpose(0, 1), self.noise_head)
+        return logp.flatten(1), ent.flatten(1)
+
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        cache, pad, state = self.prefix(obs)
+        feats = self.model.state_features(cache, pad, state).float()
+        return self.value_head(feats.detach() if self.detach_critic else feats).squeeze(-1)
+
+    def flow_loss(self, obs: dict[str, Any], chunk: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Flow-matching loss toward env action chunks ``(B, H, action_dim)``; ``valid``
+        ``(B, H)`` masks steps without a label (past an episode's end, or not the human's)."""
+        images, masks, tokens, token_mask, state = self.model_inputs(obs)
+        target = self.normalise_actions(chunk)
+        b = target.shape[0]
+        noise = torch.randn_like(target)
+        t = self.model.sample_time(b, target.device)
+        x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * target
+        with torch.set_grad_enabled(self.prefix_grad()):
+            cache, pad = self.model.prefix(images, masks, tokens, token_mask)
+        v = self.model.velocity(cache, pad, state, x_t, t)
+        err = F.mse_loss(v, noise - target, reduction="none")[..., : self.spec.action_dim].mean(-1)  # (B, H)
+        if valid is None:
+            return err.mean()
+        w = valid.float()
+        return (err * w).sum() / w.sum().clamp_min(1.0)
+
+    def bc_loss(self, obs: dict[str, Any], target: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Behaviour cloning: ``target`` is a chunk ``(B, H, A)`` or single actions ``(B, A)``
+        (then only each chunk's first step is supervised)."""
+        if target.dim() == 2:
+            chunk = target[:, None].expand(-1, self.horizon, -1)
+            first = torch.zeros(chunk.shape[:2], dtype=torch.bool, device=target.device)
+            first[:, 0] = True
+            valid = first if valid is None else valid
+            return self.flow_loss(obs, chunk, valid)
+        return self.flow_loss(obs, target, valid)
+
+    @classmethod
+    def common_kwargs(cls, policy_cfg) -> dict[str, Any]:
+        get = cfg_getter(policy_cfg)
+        std = get("noise_std") or (0.08, 0.16)
+        return dict(finetune=str(get("finetune") or "expert"), noise_std=(float(std[0]), float(std[1])),
+                    detach_critic=bool(get("detach_critic", True)), lora_rank=int(get("lora_rank") or 8))  # fmt: skip

@@ -1,0 +1,97 @@
+"""The RL side of flow VLAs (Flow-Noise, piRL): the chain a stochastic act samples has a
+log-density the learner recomputes exactly, its gradient reaches what ``policy.finetune``
+says trains (and nothing else), padded action dims stay deterministic, and the value head
+reads the state but not the noisy actions."""
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from rlinf_user.config.compose import compose_config  # noqa: E402
+from rlinf_user.env.spec import EnvSpec, obs_to_torch  # noqa: E402
+from rlinf_user.policies.base import CAPABILITIES, build_policy  # noqa: E402
+
+SPEC = EnvSpec(state_dim=6, cameras={"front": (32, 32)}, instruction=True, active_dims=(0, 1, 2))
+
+
+def obs(b=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return obs_to_torch({
+        "state": rng.normal(size=(b, 6)).astype(np.float32),
+        "images": {"front": rng.integers(0, 255, (b, 32, 32, 3), dtype=np.uint8)},
+        "instruction": np.array(["reach the red target", "reach the blue target", "go"][:b]),
+    })  # fmt: skip
+
+
+def policy(*extra):
+    torch.manual_seed(0)
+    return build_policy(compose_config(["policy=pi0", *extra]).policy, SPEC)
+
+
+def test_the_learner_recomputes_the_rollout_log_prob_of_a_chain():
+    p = policy()
+    assert all(isinstance(p, CAPABILITIES[c]) for c in ("log-prob of recorded samples", "a value function", "behaviour cloning"))
+    o = obs()
+    out = p.act(o)
+    logp, ent = p.log_prob(o, out.extras["sample"])
+    torch.testing.assert_close(logp, out.extras["log_prob"], rtol=1e-4, atol=1e-4)
+    assert logp.shape == ent.shape == (3, 4 * 3) and torch.isfinite(logp).all()
+    # the step noise of every executed element lies within the configured std bounds
+    lo, hi = 0.5 * np.log(2 * np.pi * np.e * 0.08**2), 0.5 * np.log(2 * np.pi * np.e * 0.16**2)
+    assert ent.min() >= lo - 1e-4 and ent.max() <= hi + 1e-4
+    # another chain scores differently; padded dims (3..31) take Euler steps without noise
+    other = p.act(o).extras["sample"]
+    assert not torch.allclose(p.log_prob(o, other)[0], logp)
+    chain = out.extras["sample"].transpose(0, 1)  # (K + 1, B, H, A)
+    k = chain.shape[0] - 1
+    with torch.no_grad():
+        cache, pad, state = p.prefix(o)
+        for i in range(k):
+            t = torch.full((3,), 1.0 - i / k)
+            euler = chain[i] + (-1.0 / k) * p.model.velocity(cache, pad, state, chain[i], t)
+            torch.testing.assert_close(chain[i + 1][..., 3:], euler[..., 3:], rtol=1e-4, atol=1e-4)  # padded: no noise
+            assert (chain[i + 1][..., :3] - euler[..., :3]).abs().max() > 1e-3  # executed dims: noise
+
+
+@pytest.mark.parametrize("finetune", ["expert", "lora", "full"])
+def test_gradients_reach_only_what_finetune_trains(finetune):
+    p = policy(f"policy.finetune={finetune}")
+    o = obs()
+    sample = p.act(o).extras["sample"]
+    logp, _ = p.log_prob(o, sample)
+    (logp.mean() + p.value(o).mean() + p.bc_loss(o, torch.zeros(3, 4, 3))).backward()
+    grads = {n for n, q in p.named_parameters() if q.grad is not None and q.grad.abs().sum() > 0}
+    vlm = {n for n in grads if ".paligemma." in n and "lora_" not in n}
+    assert any(n.startswith("noise_head.") for n in grads) and any(n.startswith("value_head.") for n in grads)
+    assert any("gemma_expert" in n for n in grads) and "model.action_out_proj.weight" in grads
+    if finetune == "full":
+        assert any("vision_tower" in n for n in vlm) and any("language_model.layers" in n for n in vlm)
+    else:
+        assert not vlm, sorted(vlm)[:5]
+        assert not any(q.requires_grad for n, q in p.named_parameters() if ".paligemma." in n and "lora_" not in n)
+    assert any("lora_" in n for n in grads) == (finetune == "lora")
+
+
+def test_the_value_sees_the_state_and_the_critic_input_is_detached():
+    p = policy()
+    o = obs()
+    v = p.value(o)
+    o2 = dict(o, state=o["state"] + 1.0)
+    assert not torch.allclose(v, p.value(o2))
+    p.value(o).sum().backward()
+    assert all(q.grad is None for n, q in p.named_parameters() if "gemma_expert" in n)  # detached by default
+
+
+def test_chunk_labels_with_a_mask_supervise_only_the_valid_steps():
+    p = policy()
+    o = obs()
+    target = torch.zeros(3, 4, 3)
+    valid = torch.tensor([[1, 1, 0, 0]] * 3, dtype=torch.bool)
+    torch.manual_seed(1)
+    a = p.bc_loss(o, target, valid)
+    torch.manual_seed(1)
+    far = target.clone()
+    far[:, 2:] = 0.9  # labels on masked steps change nothing
+    torch.testing.assert_close(p.bc_loss(o, far, valid), a)
