@@ -30,6 +30,7 @@ POLICIES = Registry(
         "gaussian_ac": "rlinf_user.policies.gaussian_ac:GaussianActorCritic",
         "flow": "rlinf_user.policies.flow:FlowPolicy",
         "pi0": "rlinf_user.policies.pi0:Pi0Policy",
+        "lite_vla": "rlinf_user.policies.lite_vla:LiteVLAPolicy",
         "openpi_remote": "rlinf_user.policies.openpi_remote:OpenpiRemotePolicy",
     },
 )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -78,6 +79,7 @@ class FlowVLAPolicy(Policy):
             s = norm[key]
             self.register_buffer(f"{key}_mean", torch.as_tensor(s.mean, dtype=torch.float32))
             self.register_buffer(f"{key}_std", torch.as_tensor(s.std, dtype=torch.float32))
+        self.fresh_stats = bool(np.all(norm["state"].mean == 0) and np.allclose(norm["state"].std, 1, atol=1e-5))
         self.set_finetune(finetune, lora_rank)
 
     @staticmethod
@@ -206,6 +208,17 @@ class FlowVLAPolicy(Policy):
             valid = first if valid is None else valid
             return self.flow_loss(obs, chunk, valid)
         return self.flow_loss(obs, target, valid)
+
+    def fit_normalizer(self, states: torch.Tensor) -> None:
+        """State statistics from the demonstrations (BC's first update), unless the weights
+        came with statistics of their own (a checkpoint's)."""
+        if not self.fresh_stats:
+            return
+        n = states.shape[-1]
+        mean, std = states.float().mean(0), states.float().std(0).clamp_min(1e-3)
+        with torch.no_grad():
+            self.state_mean[:n], self.state_std[:n] = mean, std
+        self.norm["state"].mean[:n], self.norm["state"].std[:n] = mean.numpy(), std.numpy()
 
     @classmethod
     def common_kwargs(cls, policy_cfg) -> dict[str, Any]:

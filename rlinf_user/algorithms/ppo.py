@@ -7,6 +7,10 @@ step sequence; truncated episodes bootstrap from the value of their final observ
 optional value clipping, minibatch epochs, advantage normalisation, an entropy bonus and
 an early stop of the epochs past ``target_kl``.
 
+A policy may score a chunk per element (a flow VLA's Flow-Noise log-prob is ``(B, H * A)``):
+each element's ratio is clipped on its own against the chunk's advantage (RLinf's
+token-level ratio), which keeps a chunk of many dims from saturating one joint ratio.
+
 GRPO (Shao et al. 2024) drops the critic: episodes started from the same reset seed form
 a group and score each other. By default a step gets its discounted reward-to-go minus
 the group's other episodes' mean at that step (``algo.baseline=step``); with
@@ -23,7 +27,7 @@ import torch
 from torch import nn
 
 from rlinf_user.algorithms.base import ON_POLICY, Algorithm, NonFiniteLoss
-from rlinf_user.env.spec import Col, EnvSpec, columns_to_torch
+from rlinf_user.env.spec import Col, EnvSpec, columns_to_torch, index_obs_torch
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +55,20 @@ class PPO(Algorithm):
         super().__init__(cfg, policy, spec, device)
         self.grpo = str(cfg.name) == "grpo"
         self.policy.to(self.device)
-        self.opt = torch.optim.Adam(self.policy.parameters(), lr=float(cfg.lr), eps=1e-5)
+        value_ids = {id(q) for q in self.value_parameters()}
+        groups = [{"params": [q for q in self.policy.parameters() if id(q) not in value_ids], "lr": float(cfg.lr)}]
+        if value_ids:
+            vlr = cfg.get("value_lr") if hasattr(cfg, "get") else getattr(cfg, "value_lr", None)
+            groups.append({"params": self.value_parameters(), "lr": float(vlr if vlr is not None else cfg.lr)})
+        self.opt = torch.optim.Adam(groups, lr=float(cfg.lr), eps=1e-5)
+
+    def value_parameters(self) -> list[torch.nn.Parameter]:
+        """The critic's own parameters (its own learning rate, trained alone while warming up)."""
+        head = getattr(self.policy, "value_head", None) or getattr(self.policy, "critic", None)
+        return [] if self.grpo or head is None else list(head.parameters())
+
+    def warming_up(self) -> bool:
+        return not self.grpo and self.num_updates < int(getattr(self.cfg, "critic_warmup_updates", 0) or 0)
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One policy iteration on a prepared batch (columns plus ``advantage`` and
@@ -66,16 +83,22 @@ class PPO(Algorithm):
         mb = max(1, n // int(cfg.num_minibatches))
         metrics: dict[str, float] = {}
         clipfracs, approx_kl, epochs = [], 0.0, 0
+        warmup = self.warming_up()
+        metrics["critic_warmup"] = float(warmup)
         with torch.no_grad():  # 0 when the rows came from exactly this policy (sync rounds)
-            start_log = self.policy.log_prob(obs, sample)[0] - old_logp
-            metrics["start_kl"] = float(((start_log.exp() - 1) - start_log).mean())
+            kls = []
+            for start in range(0, n, mb):  # in minibatches: a VLA's full batch may not fit at once
+                idx = torch.arange(start, min(n, start + mb), device=self.device)
+                lr = self.policy.log_prob(index_obs_torch(obs, idx), sample[idx])[0] - old_logp[idx]
+                kls.append(((lr.exp() - 1) - lr).flatten())
+            metrics["start_kl"] = float(torch.cat(kls).mean())
         for _epoch in range(int(cfg.update_epochs)):
             perm = torch.randperm(n, device=self.device)
             for start in range(0, n, mb):
                 idx = perm[start : start + mb]
-                sub = {"state": obs["state"][idx], "images": {k: v[idx] for k, v in obs["images"].items()}}
+                sub = index_obs_torch(obs, idx)
                 logp, entropy = self.policy.log_prob(sub, sample[idx])
-                ratio_log = logp - old_logp[idx]
+                ratio_log = logp - old_logp[idx]  # (mb,) or per element (mb, N): each clipped alone
                 ratio = ratio_log.exp()
                 with torch.no_grad():
                     approx_kl = float(((ratio - 1) - ratio_log).mean())
@@ -83,8 +106,11 @@ class PPO(Algorithm):
                 a = adv[idx]
                 if cfg.norm_adv and len(a) > 1:
                     a = (a - a.mean()) / (a.std() + 1e-8)
+                a = a.reshape(-1, *([1] * (ratio.dim() - 1)))
                 pg = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
                 loss = pg - cfg.ent_coef * entropy.mean()
+                if warmup:  # critic warm-up: the policy is held, only the value head trains
+                    loss = loss * 0.0
                 v_loss = torch.zeros(())
                 if not self.grpo and cfg.vf_coef > 0:
                     v = self.policy.value(sub)
@@ -107,7 +133,7 @@ class PPO(Algorithm):
                 self.opt.step()
                 metrics.update(policy_loss=pg.item(), value_loss=v_loss.item(), entropy=entropy.mean().item())
             epochs += 1
-            if cfg.target_kl is not None and approx_kl > cfg.target_kl:
+            if cfg.target_kl is not None and approx_kl > cfg.target_kl and not warmup:
                 break
         self.num_updates += 1
         if cfg.norm_obs and hasattr(self.policy, "update_normalizer"):

@@ -106,6 +106,11 @@ class PPOConfig:
     # weights (the next round acts and trains with the same statistics)
     norm_obs: bool = True
     reward_scale: float = 1.0
+    value_lr: float | None = None  # the value head's learning rate (None: lr); a VLA's actor wants a far smaller lr
+    # updates that train only the value head (the policy held): a fresh critic on a
+    # pretrained policy first learns what that policy is worth, so its first advantages
+    # are not noise that undoes the pretraining
+    critic_warmup_updates: int = 0
     # sync: collect with version v, update, collect with v+1. async: workers go on
     # collecting with a policy at most placement.max_policy_lag versions old.
     mode: str = "sync"

@@ -228,6 +228,15 @@ def obs_to_torch(obs: Mapping[str, Any], device="cpu") -> dict[str, Any]:
     return out
 
 
+def index_obs_torch(obs: Mapping[str, Any], idx) -> dict[str, Any]:
+    """Rows ``idx`` (a tensor of indices) of a batch from :func:`obs_to_torch`."""
+    out: dict[str, Any] = {Col.STATE: obs[Col.STATE][idx], Col.IMAGES: {k: v[idx] for k, v in obs[Col.IMAGES].items()}}
+    if Col.INSTRUCTION in obs:
+        texts = obs[Col.INSTRUCTION]
+        out[Col.INSTRUCTION] = [texts[int(i)] for i in idx.tolist()]
+    return out
+
+
 def columns_to_torch(flat: Mapping[str, np.ndarray], device="cpu") -> dict[str, Any]:
     """Transition columns -> nested tensors (observations via :func:`obs_to_torch`;
     float64 and bool columns as float32)."""

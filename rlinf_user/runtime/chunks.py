@@ -52,6 +52,10 @@ class ChunkQueue:
         self.pos += 1
         return a, {k: v.copy() for k, v in self.extras.items()}, int(self.version.min())
 
+    def used_up(self) -> np.ndarray:
+        """Per env: its chunk has no action left (after this step's :meth:`pop`)."""
+        return self.pos >= self.length
+
     def drop(self, rows) -> None:
         self.length[rows] = 0
         self.pos[rows] = 0
@@ -59,3 +63,64 @@ class ChunkQueue:
     def clear(self) -> None:
         self.length[:] = 0
         self.pos[:] = 0
+
+
+class DecisionRows:
+    """On-policy rows per policy decision: the steps one chunk ran become one row.
+
+    A chunk is one action of the policy (its log-prob and value were computed once, for the
+    whole chunk), so PPO and GRPO score it once: the row keeps the columns of the chunk's
+    first step (observation, extras, policy version), the ``next_obs/...`` columns,
+    ``terminated`` and ``truncated`` of its last step, the sum of its rewards, whether a
+    human intervened on any step, and a per-env decision sequence number as ``step``
+    (chunk-level credit). With chunks of one step this is exactly one row per step.
+    """
+
+    def __init__(self, num_envs: int):
+        self.open: list[dict[str, np.ndarray] | None] = [None] * num_envs
+        self.seq = np.zeros(num_envs, dtype=np.int64)
+
+    def add(self, cols: dict[str, np.ndarray], live: np.ndarray, closes: np.ndarray) -> dict[str, np.ndarray] | None:
+        """Fold one step of every env (``cols`` rows in env order; ``live``: the env made a
+        step) in; return the rows of the decisions that ``closes`` ends (None: none)."""
+        from rlinf_user.env.spec import Col
+
+        out = []
+        for i in np.flatnonzero(live):
+            row = {k: v[i : i + 1] for k, v in cols.items()}
+            acc = self.open[i]
+            if acc is None:
+                acc = {k: v.copy() for k, v in row.items()}
+            else:
+                for k, v in row.items():
+                    if k.startswith(Col.NEXT_OBS + "/") or k in (Col.TERMINATED, Col.TRUNCATED):
+                        acc[k] = v.copy()
+                acc[Col.REWARD] = acc[Col.REWARD] + row[Col.REWARD]
+                if Col.INTERVENTION in acc:
+                    acc[Col.INTERVENTION] = acc[Col.INTERVENTION] | row[Col.INTERVENTION]
+            if closes[i]:
+                acc[Col.STEP] = np.array([self.seq[i]], dtype=np.int64)
+                self.seq[i] += 1
+                out.append(acc)
+                acc = None
+            self.open[i] = acc
+        return self._stack(out)
+
+    def close_all(self) -> dict[str, np.ndarray] | None:
+        """End every open decision (a synchronous round ends; its chunks are dropped)."""
+        from rlinf_user.env.spec import Col
+
+        out = []
+        for i, acc in enumerate(self.open):
+            if acc is not None:
+                acc[Col.STEP] = np.array([self.seq[i]], dtype=np.int64)
+                self.seq[i] += 1
+                out.append(acc)
+                self.open[i] = None
+        return self._stack(out)
+
+    @staticmethod
+    def _stack(rows: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray] | None:
+        if not rows:
+            return None
+        return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}

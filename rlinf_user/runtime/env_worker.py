@@ -22,7 +22,7 @@ import torch
 
 from rlinf_user.env.registry import make_vector_env
 from rlinf_user.env.spec import Col, EnvSpec, flat_obs, index_obs, instruction_array, obs_to_torch
-from rlinf_user.runtime.chunks import ChunkQueue
+from rlinf_user.runtime.chunks import ChunkQueue, DecisionRows
 from rlinf_user.runtime.seeds import EVAL_WORKER_ID, group_id, group_seed
 
 log = logging.getLogger(__name__)
@@ -116,8 +116,10 @@ class EnvWorker:
         self.env_step = np.zeros(num, dtype=np.int64)  # per-env step sequence number
         self.obs = self.envs.reset(seeds=self._group_seeds()) if self.group_size else self.envs.reset(seed=seed)
         self.chunks = ChunkQueue(num)
+        self.decisions = DecisionRows(num) if self.on_policy else None  # on-policy: a row per chunk
         self.pending: list[dict[str, np.ndarray]] = []  # one entry of columns per step
         self.pending_rows = 0
+        self.rows_sent = 0  # rows produced (on-policy: one per decision, a chunk's steps in one)
         self.inflight: deque = deque()  # (ref, chunk) sent, not yet acknowledged
         self.backlog: deque = deque()  # chunks waiting for a (live) sink
         self.sink_alive = True
@@ -249,6 +251,7 @@ class EnvWorker:
         if min_version is not None:
             self.chunks.clear()  # actions of an older policy are not executed
         episodes: list[dict[str, Any]] = []
+        rows0 = self.rows_sent
         t0 = time.perf_counter()
         steps = 0
         lost = False
@@ -300,10 +303,11 @@ class EnvWorker:
                 if groups is not None:
                     cols[Col.GROUP] = groups
             live = np.ones(num, dtype=bool) if held is None else ~held  # held envs made no step
-            if not live.all():
-                cols = {k: v[live] for k, v in cols.items()}
-            self.pending.append(cols)
-            self.pending_rows += int(live.sum())
+            if self.decisions is not None:
+                closes = live & (done | (True if random else self.chunks.used_up()))
+                self._pend(self.decisions.add(cols, live, closes))
+            else:
+                self._pend(cols if live.all() else {k: v[live] for k, v in cols.items()})
             self.env_step += live
             self.episode_return += rewards
             self.episode_len += live
@@ -320,6 +324,9 @@ class EnvWorker:
             self.env_steps += int(live.sum())
             if self.pending_rows >= self.cfg.buffer.chunk_steps:
                 self._flush()
+        if min_version is not None and self.decisions is not None:
+            self._pend(self.decisions.close_all())  # the round ends: its chunks end with it
+            self.chunks.clear()
         self._flush()
         if min_version is not None:
             self._drain()
@@ -328,12 +335,19 @@ class EnvWorker:
             "member": self.member_name,
             "node": self.identity()["node"],
             "steps": steps,
+            "rows": self.rows_sent - rows0,
             "seconds": time.perf_counter() - t0,
             "episodes": episodes,
             "policy_version": self.version,
             "supervisor_lost": None if self.supervisor is None else self.supervisor.lost,
             "rollout_lost": lost,
         }
+
+    def _pend(self, cols: dict[str, np.ndarray] | None) -> None:
+        if cols:
+            self.pending.append(cols)
+            self.pending_rows += len(cols[Col.REWARD])
+            self.rows_sent += len(cols[Col.REWARD])
 
     def _hold_groups(self, done: np.ndarray) -> None:
         """Hold the envs whose episode just ended; release a group once all of it is held

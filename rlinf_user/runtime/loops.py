@@ -231,7 +231,7 @@ def sync_on_policy_loop(tr, sched: Schedule) -> str:
                 continue
             pool.note(slot, r)
             tr.record.book_rollout(r, slot.index == 0)
-            rows += r["steps"]
+            rows += r.get("rows", r["steps"])  # on-policy rows: a chunk's steps are one
             lost |= bool(r.get("rollout_lost"))
         if lost:
             tr._rollout_lost()

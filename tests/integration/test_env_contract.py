@@ -51,6 +51,7 @@ CASES = [
     ),
     Case("gym_hil-PandaPickCube", "gym_hil", dict(backend="gym_hil", task="PandaPickCube")),
     Case("reach", "numpy", dict(backend="reach", task="Reach")),
+    Case("reach-color", "numpy", dict(backend="reach", task="ReachColor", cameras=["top"], kwargs={"image_size": 32})),
 ]
 
 

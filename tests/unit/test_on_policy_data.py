@@ -166,3 +166,42 @@ def test_spec_round_trips_and_columns_nest():
     assert cols["obs/instruction"].tolist() == obs["instruction"]
     nested = nest_columns({**cols, "reward": np.zeros(2)})
     assert nested["obs"]["images"]["wrist"].shape == (2, 64, 64, 3) and "reward" in nested
+
+
+def test_a_chunk_of_steps_becomes_one_decision_row():
+    """Chunk-level credit: the rows of the steps one chunk ran fold into one row (first
+    observation and extras, last next-observation and flags, summed reward, a decision
+    sequence number); an episode end closes a chunk early; a round's end closes them all."""
+    from rlinf_user.runtime.chunks import DecisionRows
+
+    d = DecisionRows(2)
+
+    def step(t, closes, term=(0, 0)):
+        cols = {
+            "obs/state": np.array([[t], [10 + t]], np.float32),
+            "next_obs/state": np.array([[t + 1], [11 + t]], np.float32),
+            Col.REWARD: np.array([1.0, 2.0], np.float32),
+            Col.TERMINATED: np.array(term, np.float32),
+            Col.TRUNCATED: np.zeros(2, np.float32),
+            Col.LOG_PROB: np.array([[t], [t]], np.float32),
+            Col.INTERVENTION: np.array([t == 1, False]),
+            Col.STEP: np.array([t, t], np.int64),
+        }
+        return d.add(cols, np.array([True, True]), np.array(closes))
+
+    assert step(0, [False, False]) is None
+    assert step(1, [False, False]) is None
+    rows = step(2, [True, False], term=(0, 1))  # env 0's chunk is used up; env 1 ... not yet closed
+    assert rows["obs/state"].tolist() == [[0.0]] and rows["next_obs/state"].tolist() == [[3.0]]
+    assert rows[Col.REWARD].tolist() == [3.0] and rows[Col.LOG_PROB].tolist() == [[0.0]]
+    assert rows[Col.INTERVENTION].tolist() == [True] and rows[Col.STEP].tolist() == [0]
+    rows = step(3, [True, True])
+    assert rows[Col.STEP].tolist() == [1, 0] and rows["obs/state"].tolist() == [[3.0], [10.0]]
+    assert rows[Col.REWARD].tolist() == [1.0, 8.0] and rows[Col.TERMINATED].tolist() == [0.0, 0.0]
+    assert step(4, [False, False]) is None
+    rest = d.close_all()
+    assert rest[Col.STEP].tolist() == [2, 1] and d.close_all() is None
+    # held envs (not live) make no step and close nothing
+    cols = {Col.REWARD: np.ones(2, np.float32), Col.TERMINATED: np.zeros(2), Col.TRUNCATED: np.zeros(2)}
+    out = d.add(cols, np.array([False, True]), np.array([True, True]))
+    assert out[Col.STEP].tolist() == [2] and out[Col.REWARD].tolist() == [1.0]
