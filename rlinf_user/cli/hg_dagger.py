@@ -17,15 +17,16 @@ log = logging.getLogger(__name__)
 
 
 def run_hg_dagger(args, console) -> int:
-    cfg = compose_config(args.overrides, sim=args.sim, robot=args.robot)
+    # the learner is behaviour cloning: the policy must be BC-trainable, whatever algo= says elsewhere
+    cfg = compose_config(["algo=bc", *args.overrides], sim=args.sim, robot=args.robot)
     validate(cfg)
     h = cfg.hg_dagger
     if not cfg.demos and not h.synthetic_human:
         raise ConfigError("hg-dagger starts from demonstrations: give demos=<LeRobot dataset> (record them with `rlinf-user teleop`)")
     if h.rounds < 1 or h.episodes_per_round < 1:
         raise ConfigError("hg_dagger.rounds and hg_dagger.episodes_per_round must be >= 1")
-    if h.synthetic_human and not (cfg.env.backend == "gym_hil" and "PickCube" in str(cfg.env.task)):
-        raise ConfigError("hg_dagger.synthetic_human=true drives gym_hil's PandaPickCube only")
+    if h.synthetic_human and not (cfg.env.backend == "reach" or (cfg.env.backend == "gym_hil" and "PickCube" in str(cfg.env.task))):
+        raise ConfigError("hg_dagger.synthetic_human=true drives gym_hil's PandaPickCube and the reach sim only")
     if args.dry_run:
         print(to_yaml(cfg), end="")
         return 0
@@ -63,7 +64,7 @@ def run_hg_dagger(args, console) -> int:
         if h.synthetic_human:
             device, human, demo_root = _synthetic_setup(env, spec, cfg, console, run_dir)
         check_demos(str(demo_root), spec)
-        demo_states, demo_actions = LeRobotReader(demo_root).state_action_arrays()
+        demos = LeRobotReader(demo_root)
         if cfg.dataset.root:
             from rlinf_user.cli.teleop import open_dataset
 
@@ -76,8 +77,8 @@ def run_hg_dagger(args, console) -> int:
             .options(num_cpus=1)
             .remote(cfg.policy, spec, store, h.batch_size, h.lr, h.publish_every, cfg.seed)
         )
-        ray.get(learner.add.remote(demo_states, demo_actions, 0))
-        console.print(f"behaviour cloning on {len(demo_states)} demonstration steps ({h.warmup_updates} updates)")
+        n_demo = add_demos(learner, demos, spec)
+        console.print(f"behaviour cloning on {n_demo} demonstration steps ({h.warmup_updates} updates)")
         ray.get(learner.train.remote(h.warmup_updates))
         ray.get(learner.publish.remote())
         policy = build_policy(cfg.policy, spec)
@@ -154,6 +155,26 @@ def run_hg_dagger(args, console) -> int:
     return 0
 
 
+def add_demos(learner, reader, spec) -> int:
+    """Every demonstration episode to the learner (camera frames and the episode's task as
+    its instruction when the env has them); every step is a label."""
+    import numpy as np
+    import ray
+
+    from rlinf_user.data import lerobot_format as fmt
+
+    cams = list(spec.cameras)
+    n = 0
+    for ep in reader.episodes(images=bool(cams)):
+        states = ep.columns[fmt.STATE_KEY].astype(np.float32)
+        obs = {"state": states, "images": {c: ep.images[c] for c in cams}}
+        if spec.instruction:
+            obs["instruction"] = np.array([ep.task] * len(states))
+        actions = ep.columns[fmt.ACTION_KEY].astype(np.float32)
+        n = ray.get(learner.add_episode.remote(obs, actions, np.ones(len(states), bool), 0))
+    return n
+
+
 def _synthetic_setup(env, spec, cfg, console, run_dir):
     """A scripted supervisor on a simulated SpaceMouse; it records the demonstrations
     first unless ``demos=`` gives some. Returns (device, supervisor, demos folder)."""
@@ -163,18 +184,19 @@ def _synthetic_setup(env, spec, cfg, console, run_dir):
     from rlinf_user.robots.teleop.spacemouse import SpaceMouse
     from rlinf_user.runtime.seeds import DEMO_EPISODE_OFFSET
     from rlinf_user.teleop.record import Recorder
-    from rlinf_user.teleop.synthetic import PickCubeExpert, SpaceMouseHand, StallRule, SyntheticHuman
+    from rlinf_user.teleop.synthetic import SpaceMouseHand, StallRule, SyntheticHuman, synthetic_expert
 
     device = SpaceMouse(QueueSource())
     hand = SpaceMouseHand(device)
     root = cfg.demos
     if not root:
         root = run_dir / "synthetic_demos"
-        writer = LeRobotWriter(root, 10, fmt.contract_features(spec.state_dim, {}, 10))
+        writer = LeRobotWriter(root, 10, fmt.contract_features(spec.state_dim, dict(spec.cameras), 10))
         n = int(cfg.hg_dagger.synthetic_demos)
-        Recorder(env, device, writer, "pick", rate_hz=0, before_step=SyntheticHuman(hand, PickCubeExpert())).run(
-            n, seed=cfg.seed + DEMO_EPISODE_OFFSET
-        )
+        recorder = Recorder(env, device, writer, str(cfg.env.task), rate_hz=0,
+                            before_step=SyntheticHuman(hand, synthetic_expert(cfg.env, env)))  # fmt: skip
+        recorder.run(n, seed=cfg.seed + DEMO_EPISODE_OFFSET)
+        writer.close()
         console.print(f"synthetic human recorded {n} demonstrations in {root}")
-    expert = PickCubeExpert()
+    expert = synthetic_expert(cfg.env, env)
     return device, SyntheticHuman(hand, expert, StallRule(expert.progress)), root

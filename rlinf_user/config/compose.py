@@ -118,7 +118,8 @@ def validate(cfg: DictConfig) -> None:
     iv = cfg.get("intervention")
     human_demos = bool(iv is not None and iv.enabled and iv.to_demos)
     demo_ratio = float(cfg.algo.get("demo_ratio", 0.0))
-    if cfg.algo.name == "bc" and not cfg.demos:
+    hg = cfg.get("hg_dagger")
+    if cfg.algo.name == "bc" and not cfg.demos and not (hg is not None and hg.get("synthetic_human")):
         raise ConfigError("algo=bc trains on demonstrations: give demos=<dataset>")
     if demo_ratio > 0 and not cfg.demos and not human_demos:
         raise ConfigError(

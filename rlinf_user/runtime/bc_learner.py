@@ -1,6 +1,12 @@
 """HG-DAgger's learner role: aggregates labelled samples (demonstrations + human
 corrections) and retrains the policy continuously on its own thread, publishing
-versioned weights that the acting side picks up between steps, never waiting for them."""
+versioned weights that the acting side picks up between steps, never waiting for them.
+
+A sample is an observation (state, and for a VLA its camera frames and instruction) and
+a target chunk of the policy's horizon ``H``: the labelled action at that step and the
+next ``H - 1`` actions of the same episode, each marked valid only where it is a label
+too (a demonstration's step, or a step the person fully controlled) and the episode had
+not ended. A per-step policy (``H = 1``) trains on exactly the labelled actions."""
 
 from __future__ import annotations
 
@@ -31,19 +37,23 @@ class BCLearner:
         publish_every: int = 100,
         seed: int = 0,
         threads: int = 1,
+        device: str = "cpu",
     ):
         torch.manual_seed(seed)
         torch.set_num_threads(threads)
         self.spec = spec = as_spec(spec)
-        self.policy = build_policy(policy_cfg, spec)
+        self.device = torch.device(device)
+        self.policy = build_policy(policy_cfg, spec).to(self.device)
         self.bc = ALGORITHMS.get("bc").for_policy(self.policy, lr=lr)
         self.weight_store = weight_store
         self.batch_size = batch_size
         self.publish_every = publish_every
         self.rng = np.random.default_rng(seed)
-        self.states: list[np.ndarray] = []
-        self.labels: list[np.ndarray] = []
-        self.sources: list[np.ndarray] = []  # 0: demonstration, 1: correction
+        self.horizon = int(getattr(self.policy, "horizon", 1))
+        self.cameras = list(spec.cameras)
+        self.cols: dict[str, list] = {"state": [], "target": [], "valid": [], "source": [], "instruction": []}
+        for cam in self.cameras:
+            self.cols[f"images/{cam}"] = []
         self.lock = threading.Lock()
         self.version = -1
         self.last_loss = float("nan")
@@ -53,31 +63,71 @@ class BCLearner:
 
     # ------------------------------------------------------------ data
     def add(self, states: np.ndarray, actions: np.ndarray, source: int = 1) -> int:
-        """Aggregate labelled samples; ``actions`` are 7-D contract actions."""
+        """Aggregate labelled steps of state-only observations; ``actions`` are 7-D
+        contract actions, each a label on its own (no chunk continues past it)."""
         states = np.asarray(states, np.float32)
-        labels = self.spec.policy_action(np.asarray(actions, np.float32))
-        if states.ndim != 2 or states.shape[1] != self.spec.state_dim or len(states) != len(labels):
-            raise ValueError(f"samples of shape {states.shape} / {labels.shape} do not fit state_dim {self.spec.state_dim}")
-        if not (np.isfinite(states).all() and np.isfinite(labels).all()):
+        n = len(states)
+        return self.add_episode({"state": states}, actions, np.ones(n, bool), source, chunks=False)
+
+    def add_episode(self, obs: dict[str, Any], actions: np.ndarray, labelled: np.ndarray, source: int = 1,
+                    chunks: bool = True) -> int:  # fmt: skip
+        """Aggregate the labelled steps of one episode: ``obs`` holds the episode's
+        observations as arrays (``state`` (T, S), ``images`` {camera: (T, H, W, 3)},
+        optionally ``instruction`` (T,)), ``actions`` (T, 7) what was executed, ``labelled``
+        (T,) which steps are labels. Nothing is added when anything does not fit."""
+        states = np.asarray(obs["state"], np.float32)
+        acts = self.spec.policy_action(np.asarray(actions, np.float32))
+        labelled = np.asarray(labelled, bool)
+        t = len(states)
+        if states.ndim != 2 or states.shape[1] != self.spec.state_dim or len(acts) != t or len(labelled) != t:
+            raise ValueError(f"samples of shape {states.shape} / {acts.shape} do not fit state_dim {self.spec.state_dim}")
+        if not (np.isfinite(states).all() and np.isfinite(acts).all()):
             raise ValueError("NaN/Inf in labelled samples; nothing was added")
+        images = dict(obs.get("images") or {})
+        missing = [c for c in self.cameras if c not in images or len(images[c]) != t]
+        if missing:
+            raise ValueError(f"labelled samples lack the frames of camera(s) {missing}; nothing was added")
+        idx = np.flatnonzero(labelled)
+        if not len(idx):
+            return self.size()
+        h = self.horizon if chunks else 1
+        ahead = idx[:, None] + np.arange(h)[None]  # (n, H) step indices of each target chunk
+        inside = ahead < t
+        ahead = np.minimum(ahead, t - 1)
+        target = acts[ahead]
+        valid = inside & labelled[ahead]
+        texts = obs.get("instruction")
+        texts = np.asarray(texts if texts is not None else [""] * t).astype(str)
         with self.lock:
-            self.states.append(states)
-            self.labels.append(labels)
-            self.sources.append(np.full(len(states), source, np.int8))
+            self.cols["state"].append(states[idx])
+            self.cols["target"].append(target.astype(np.float32))
+            self.cols["valid"].append(valid)
+            self.cols["source"].append(np.full(len(idx), source, np.int8))
+            self.cols["instruction"].append(texts[idx])
+            for cam in self.cameras:
+                self.cols[f"images/{cam}"].append(np.asarray(images[cam], np.uint8)[idx])
             return self.size()
 
     def size(self) -> int:
-        return int(sum(len(s) for s in self.states))
+        return int(sum(len(s) for s in self.cols["state"]))
 
-    def _batch(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def _merged(self) -> dict[str, np.ndarray]:
         with self.lock:
-            if len(self.states) > 1:
-                self.states = [np.concatenate(self.states)]
-                self.labels = [np.concatenate(self.labels)]
-                self.sources = [np.concatenate(self.sources)]
-            s, a = self.states[0], self.labels[0]
-        idx = self.rng.integers(0, len(s), size=min(self.batch_size, max(len(s), 1)))
-        return {"state": torch.from_numpy(s[idx]), "images": {}}, torch.from_numpy(a[idx])
+            for k, parts in self.cols.items():
+                if len(parts) > 1:
+                    self.cols[k] = [np.concatenate(parts)]
+            return {k: v[0] for k, v in self.cols.items()}
+
+    def _batch(self) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor]:
+        d = self._merged()
+        n = len(d["state"])
+        idx = self.rng.integers(0, n, size=min(self.batch_size, max(n, 1)))
+        dev = self.device
+        obs: dict[str, Any] = {"state": torch.from_numpy(d["state"][idx]).to(dev),
+                               "images": {c: torch.from_numpy(d[f"images/{c}"][idx]).to(dev) for c in self.cameras}}  # fmt: skip
+        if self.spec.instruction:
+            obs["instruction"] = [str(x) for x in d["instruction"][idx]]
+        return obs, torch.from_numpy(d["target"][idx]).to(dev), torch.from_numpy(d["valid"][idx]).to(dev)
 
     # ------------------------------------------------------------ training
     def train(self, updates: int) -> dict[str, Any]:
@@ -86,17 +136,20 @@ class BCLearner:
                 break
             if self.bc.num_updates == 0:
                 self._fit_normalizer()
-            obs, target = self._batch()
-            self.last_loss = self.bc.step(obs, target)
+            obs, target, valid = self._batch()
+            if self.horizon > 1:
+                self.last_loss = self.bc.step(obs, target, valid)
+            else:
+                self.last_loss = self.bc.step(obs, target[:, 0])
             if self.bc.num_updates % self.publish_every == 0:
                 self.publish()
         return self.stats()
 
     def _fit_normalizer(self) -> None:
         """State statistics from the data held before the first update (the demonstrations)."""
-        with self.lock:
-            states = np.concatenate(self.states)
-        self.policy.fit_normalizer(torch.from_numpy(states))
+        states = self._merged()["state"]
+        if hasattr(self.policy, "fit_normalizer"):
+            self.policy.fit_normalizer(torch.from_numpy(states).to(self.device))
 
     def publish(self) -> int:
         self.version += 1
@@ -131,7 +184,7 @@ class BCLearner:
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
-            src = np.concatenate(self.sources) if self.sources else np.zeros(0, np.int8)
+            src = np.concatenate(self.cols["source"]) if self.cols["source"] else np.zeros(0, np.int8)
         return {
             "updates": self.bc.num_updates,
             "version": self.version,

@@ -82,10 +82,14 @@ class HGDaggerSession:
         self.log: list[EpisodeLog] = []
         self.cameras = list(env.observation_space["images"].spaces)
 
-    def policy_action(self, obs: dict) -> np.ndarray:
+    def policy_chunk(self, obs: dict) -> list[np.ndarray]:
+        """The policy's next contract actions: a chunk of its horizon (one for per-step policies)."""
         with torch.no_grad():
             out = self.policy.act(obs_to_torch(stack_obs([obs])), deterministic=True)
-        return self.spec.expand_action(out.actions[0, 0].float().numpy())
+        return list(self.spec.expand_action(out.actions[0].float().numpy()))
+
+    def policy_action(self, obs: dict) -> np.ndarray:
+        return self.policy_chunk(obs)[0]
 
     def episode(self, round_: int, index: int, kind: str, seed: int | None) -> EpisodeLog:
         obs, _ = self.env.reset(seed=seed)
@@ -97,7 +101,10 @@ class HGDaggerSession:
         self.subscriber.poll()
         version = self.subscriber.version
         takeovers0 = self.gate.takeovers
-        labels_s, labels_a = [], []
+        seen: list[dict] = []  # the episode's observations, executed actions and which are labels
+        executed: list[np.ndarray] = []
+        labelled: list[bool] = []
+        queue: list[np.ndarray] = []  # what is left of the policy's current chunk
         steps = interventions = 0
         success = False
         t0 = time.monotonic()
@@ -105,7 +112,9 @@ class HGDaggerSession:
         lost = None
         while True:
             self.subscriber.poll()  # never blocks: new weights are applied between steps
-            pa = self.policy_action(obs)
+            if not queue:
+                queue = self.policy_chunk(obs)
+            pa = queue.pop(0)
             if kind == "dagger" and self.human is not None:
                 self.human(obs, pa)
             try:
@@ -123,18 +132,21 @@ class HGDaggerSession:
                     frame_values(obs, d.action, reward, terminated, truncated, success, d.intervention, self.subscriber.version),
                     {c: obs["images"][c] for c in self.cameras},
                 )
+            clean = bool(d.intervention and d.alpha >= 1.0)  # fully the human's action: a clean label
+            if kind == "dagger":
+                seen.append(obs)
+                executed.append(np.asarray(d.human_action if clean else d.action, np.float32))
+                labelled.append(clean)
             if d.intervention:
                 interventions += 1
-                if d.alpha >= 1.0:  # fully the human's action: a clean label
-                    labels_s.append(obs["state"])
-                    labels_a.append(d.human_action)
+                queue = []  # after the person's step the policy plans again from what it sees
             steps += 1
             obs = next_obs
             if terminated or truncated:
                 break
             pacer.wait()
-        if labels_s:
-            self.learner.add.remote(np.stack(labels_s), np.stack(labels_a), 1)
+        if any(labelled):
+            self.learner.add_episode.remote(episode_arrays(seen, self.cameras), np.stack(executed), np.array(labelled), 1)
         idx = None
         if self.writer is not None and steps:
             if lost is not None:
@@ -171,6 +183,17 @@ class HGDaggerSession:
                 self.episode(r, n, "eval", seed + 100_000 + n)
                 n += 1
         return self.log
+
+
+def episode_arrays(observations: list[dict], cameras: list[str]) -> dict[str, Any]:
+    """An episode's observations as arrays (``state``, ``images``, ``instruction``)."""
+    out: dict[str, Any] = {
+        "state": np.stack([o["state"] for o in observations]).astype(np.float32),
+        "images": {c: np.stack([o["images"][c] for o in observations]) for c in cameras},
+    }
+    if observations and "instruction" in observations[0]:
+        out["instruction"] = np.array([str(o["instruction"]) for o in observations])
+    return out
 
 
 def round_summary(log: list[EpisodeLog]) -> list[dict[str, Any]]:

@@ -180,3 +180,37 @@ class PickCubeExpert:
             target, a[6] = grasp, 1.0  # at the block: close
         a[:3] = np.clip((target - tcp) / self.step, -1.0, 1.0)
         return a
+
+
+class ReachExpert:
+    """Scripted reach for the reach sim (``Reach``, ``ReachColor``): straight to the goal.
+    It reads the goal from the simulator (privileged, as a person sees the scene), so it
+    also supervises ``ReachColor``, whose observation holds no goal."""
+
+    def __init__(self, env, step: float = 0.02):
+        self.env = getattr(env, "unwrapped", env)
+        self.step = step
+
+    def reset(self) -> None:
+        pass
+
+    def progress(self, obs: dict) -> float:
+        return -float(np.linalg.norm(self.env.goal - self.env.tcp))
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        a = np.zeros(7, np.float32)
+        a[:3] = np.clip((self.env.goal - self.env.tcp) / self.step, -1.0, 1.0)
+        return a
+
+
+def synthetic_expert(env_cfg, env):
+    """The scripted expert a synthetic supervisor uses on this task (``ValueError`` where
+    there is none)."""
+    if env_cfg.backend == "gym_hil" and "PickCube" in str(env_cfg.task):
+        return PickCubeExpert()
+    if env_cfg.backend == "reach":
+        return ReachExpert(env, step=float((env_cfg.kwargs or {}).get("max_translation", 0.02)))
+    raise ValueError(
+        f"no scripted supervisor for {env_cfg.backend}/{env_cfg.task}: synthetic_human=true drives gym_hil's "
+        "PandaPickCube and the reach sim (Reach, ReachColor)"
+    )

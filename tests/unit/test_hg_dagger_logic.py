@@ -1,6 +1,7 @@
 """The supervisor rule and the per-round/per-version statistics of HG-DAgger."""
 
 import numpy as np
+import pytest
 
 from rlinf_user.teleop.hg_dagger import EpisodeLog, round_summary, version_summary
 from rlinf_user.teleop.synthetic import StallRule
@@ -61,3 +62,36 @@ def test_round_and_version_statistics():
     assert per_version[0] == {"episodes": 2, "successes": 1, "success_rate": 0.5}  # dagger v0 was touched
     assert per_version[1] == {"episodes": 2, "successes": 0, "success_rate": 0.0}
     assert per_version[3]["success_rate"] == 1.0
+
+
+def test_the_bc_learner_builds_chunk_targets_only_from_labels():
+    """A chunk policy's sample at a labelled step: the next H executed actions, valid only
+    where they are labels too and inside the episode; frames and instructions kept."""
+    import torch
+
+    from rlinf_user.config.compose import compose_config
+    from rlinf_user.env.spec import EnvSpec
+    from rlinf_user.runtime.bc_learner import BCLearner
+
+    spec = EnvSpec(state_dim=3, cameras={"top": (8, 8)}, instruction=True, active_dims=(0, 1, 2))
+    cfg = compose_config(["policy=pi0", "policy.horizon=3"]).policy
+    learner = BCLearner(cfg, spec, weight_store=None, batch_size=64)
+    t = 6
+    actions = np.zeros((t, 7), np.float32)
+    actions[:, 0] = np.arange(t) / 10  # action k moves x by k/10
+    labelled = np.array([0, 1, 1, 0, 1, 1], bool)  # the person took over twice
+    obs = {"state": np.arange(t * 3, dtype=np.float32).reshape(t, 3),
+           "images": {"top": np.full((t, 8, 8, 3), 7, np.uint8)}, "instruction": np.array(["go"] * t)}  # fmt: skip
+    assert learner.add_episode(obs, actions, labelled, 1) == 4
+    d = learner._merged()
+    assert d["state"][:, 0].tolist() == [3.0, 6.0, 12.0, 15.0]  # steps 1, 2, 4, 5
+    assert np.allclose(d["target"][0, :, 0], [0.1, 0.2, 0.3]) and d["valid"][0].tolist() == [True, True, False]
+    assert np.allclose(d["target"][3, :, 0], [0.5, 0.5, 0.5]) and d["valid"][3].tolist() == [True, False, False]
+    assert d["images/top"].shape == (4, 8, 8, 3) and set(d["instruction"]) == {"go"}
+    obs_b, target, valid = learner._batch()
+    assert obs_b["images"]["top"].dtype == torch.uint8 and obs_b["instruction"][0] == "go" and target.shape[1:] == (3, 3)
+    with pytest.raises(ValueError, match="lack the frames of camera"):
+        learner.add_episode({"state": obs["state"], "images": {}}, actions, labelled)
+    assert learner.size() == 4  # nothing was added
+    loss = learner.train(3)["loss"]
+    assert np.isfinite(loss) and learner.bc.num_updates == 3

@@ -78,8 +78,9 @@ def test_a_tokenizer_folder_loads_offline_and_a_missing_one_says_what_to_put_the
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
                             unk_token="<unk>").save_pretrained(tmp_path / "tok")  # fmt: skip
     prompt = PromptTokenizer(open_tokenizer(tmp_path / "tok"), 8)
-    ids, mask = prompt(["pick up the cube"])
-    assert ids[0, :4].tolist() == [2, 4, 5, 6] and mask[0].sum() >= 5 and not mask[0, -1]
+    ids, mask = prompt(["pick up the cube", "pick"])
+    assert ids[0, :4].tolist() == [2, 4, 5, 6] and mask[0].all() and mask[0].sum() >= 5  # the longest sets the width
+    assert mask[1].sum() < mask[0].sum() and not mask[1, -1] and ids.shape[1] <= 8  # shorter ones are padded
     p = policy(f"policy.tokenizer={tmp_path / 'tok'}")
     assert p.act(obs()).actions.shape == (2, 4, 7)
     with pytest.raises(FileNotFoundError, match="tokenizer.json or tokenizer.model"):
