@@ -8,7 +8,7 @@ instruction) in, a chunk of H actions out, through ``Pi0Policy.act`` (resize, to
 normalise, sample, un-normalise). Warm-up, then ``--repeats`` timed chunks; median and
 p99 latency, and actions/s = batch x H / latency.
 
-    python benchmarks/bench_vla.py --sizes tiny small --batches 1 8 32
+    python benchmarks/bench_vla.py --sizes tiny small lite --batches 1 8 32
     python benchmarks/bench_vla.py --sizes pi0 --batches 1 8 32 64 --device cuda --dtype bfloat16
 """
 
@@ -47,7 +47,7 @@ def uncached_sample(model, images, masks, tokens, token_mask, state, noise):
     return x
 
 
-def measure(policy, b: int, repeats: int, cached: bool, device) -> dict:
+def measure(policy, b: int, repeats: int, cached: bool, device, stochastic: bool = False) -> dict:
     import torch
 
     rng = np.random.default_rng(0)
@@ -55,8 +55,8 @@ def measure(policy, b: int, repeats: int, cached: bool, device) -> dict:
     obs = {**obs, "state": obs["state"].to(device), "images": {k: v.to(device) for k, v in obs["images"].items()}}
 
     def chunk():
-        if cached:
-            return policy.act(obs)
+        if cached:  # serving: the ODE from zero noise; stochastic: the Flow-Noise chain with its log-prob and value
+            return policy.act(obs, deterministic=not stochastic)
         with torch.no_grad():
             inputs = policy.model_inputs(obs)
             noise = torch.randn(b, policy.model.cfg.horizon, policy.model.cfg.action_dim, device=device)
@@ -77,14 +77,14 @@ def measure(policy, b: int, repeats: int, cached: bool, device) -> dict:
         times.append(time.perf_counter() - t0)
     ms = np.asarray(times) * 1e3
     h = policy.horizon
-    return {"batch": b, "kv_cache": cached, "latency_ms_p50": round(float(np.median(ms)), 2),
+    return {"batch": b, "kv_cache": cached, "rl_extras": stochastic, "latency_ms_p50": round(float(np.median(ms)), 2),
             "latency_ms_p99": round(float(np.percentile(ms, 99)), 2),
             "actions_per_s": round(b * h / float(np.median(ms)) * 1e3, 1), "repeats": repeats}  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", nargs="+", default=["tiny", "small"])
+    ap.add_argument("--sizes", nargs="+", default=["tiny", "small", "lite"], help="pi0 sizes, or lite (policy=lite_vla)")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--uncached-batches", type=int, nargs="*", default=[1, 8], help="batches also run without the cache")
@@ -105,7 +105,8 @@ def main() -> None:
     spec = EnvSpec(state_dim=20, cameras={"front": (224, 224), "wrist": (224, 224)}, instruction=True)
     rows = []
     for size in args.sizes:
-        policy = build_policy(compose_config(["policy=pi0", f"policy.size={size}"]).policy, spec).eval()
+        over = ["policy=lite_vla"] if size == "lite" else ["policy=pi0", f"policy.size={size}"]
+        policy = build_policy(compose_config(over).policy, spec).eval()
         policy = policy.to(device=args.device, dtype=getattr(torch, args.dtype))
         params = sum(p.numel() for p in policy.parameters())
         cfg = policy.model.cfg
@@ -115,7 +116,12 @@ def main() -> None:
                      "dtype": args.dtype, **measure(policy, b, args.repeats, cached, args.device)}  # fmt: skip
                 print(json.dumps(r), flush=True)
                 rows.append(r)
-    result = {"what": "pi0-style VLA chunk latency through Pi0Policy.act (2 cameras 224x224, 20-D state, instruction)",
+        if 1 in args.batches:  # an RL rollout's chunk: the stochastic chain, its log-prob and the value
+            r = {"size": size, "params_m": round(params / 1e6, 2), "horizon": cfg.horizon, "denoise_steps": cfg.num_steps,
+                 "dtype": args.dtype, **measure(policy, 1, args.repeats, True, args.device, stochastic=True)}  # fmt: skip
+            print(json.dumps(r), flush=True)
+            rows.append(r)
+    result = {"what": "flow VLA chunk latency through FlowVLAPolicy.act (2 cameras 224x224, 20-D state, instruction)",
               "device": args.device, "threads": torch.get_num_threads(), "rows": rows, "machine": describe()}  # fmt: skip
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 

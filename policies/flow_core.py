@@ -186,21 +186,28 @@ class JointFlowModel(nn.Module):
         chain = self.denoise(cache, pad, state, noise, num_steps)
         return chain[-1], chain
 
-    def denoise(self, cache, pad, state, noise, num_steps: int | None = None, std_fn=None) -> torch.Tensor:
-        """The chain (K + 1, B, H, A) from ``noise``: Euler steps, plus (with ``std_fn``, a
-        map from the expert's action features to a per-element std) Gaussian noise per step."""
+    def denoise(self, cache, pad, state, noise, num_steps: int | None = None, noise_head=None):
+        """The chain (K + 1, B, H, A) from ``noise`` by Euler steps. With ``noise_head`` (a
+        map from the expert's action features to a per-element std, :class:`NoiseHead`)
+        every step adds Gaussian noise, and the chain's per-element log-density over the
+        head's active dims (B, H, active), summed over the K transitions, comes back too."""
         k = int(num_steps or self.cfg.num_steps)
         b, dt = state.shape[0], -1.0 / k
         x, chain = noise, [noise]
+        logp = None if noise_head is None else torch.zeros_like(noise[..., : noise_head.active])
         for i in range(k):
             t = torch.full((b,), 1.0 + i * dt, device=state.device)
-            if std_fn is None:
+            if noise_head is None:
                 x = x + dt * self.velocity(cache, pad, state, x, t)
             else:
                 v, feats = self.velocity(cache, pad, state, x, t, features=True)
-                x = x + dt * v + std_fn(feats) * torch.randn_like(x)
+                mean, std = x + dt * v, noise_head(feats)
+                x = mean + std * torch.randn_like(x)
+                n = noise_head.active
+                logp = logp + torch.distributions.Normal(mean[..., :n], std[..., :n]).log_prob(x[..., :n])
             chain.append(x)
-        return torch.stack(chain)
+        chain = torch.stack(chain)
+        return chain if noise_head is None else (chain, logp)
 
     def chain_log_prob(self, cache, pad, state, chain: torch.Tensor, noise_head: NoiseHead) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-element log-density (B, H, active) of a recorded chain (K + 1, B, H, A),

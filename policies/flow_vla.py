@@ -161,8 +161,7 @@ class FlowVLAPolicy(Policy):
         if deterministic:
             chain = self.model.denoise(cache, pad, state, torch.zeros(shape, device=state.device))
             return PolicyOutput(self.env_actions(chain[-1]), {})
-        chain = self.model.denoise(cache, pad, state, torch.randn(shape, device=state.device), std_fn=self.noise_head)
-        logp, _ = self.model.chain_log_prob(cache, pad, state, chain, self.noise_head)
+        chain, logp = self.model.denoise(cache, pad, state, torch.randn(shape, device=state.device), noise_head=self.noise_head)
         sample = chain.transpose(0, 1).contiguous()  # (B, K + 1, H, A)
         value = self.value_head(self.model.state_features(cache, pad, state).float()).squeeze(-1)
         return PolicyOutput(self.env_actions(chain[-1]), {"sample": sample, "log_prob": logp.flatten(1), "value": value})

@@ -7,6 +7,8 @@ that the next reset recovers before homing, and that soft resets hold instead of
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -101,33 +103,10 @@ class FlakyLink(FaultyArm):
 def test_a_robot_link_error_is_a_reported_fault_that_reset_recovers():
     """The real control loop over real ZMQ sockets: a read error holds the arm, refuses
     actions with the reason, keeps the loop ticking, and the next reset recovers."""
-    import threading
+    from loop_harness import running_loop
 
-    import zmq
-
-    from rlinf_user.edge.control_loop import ControlLoop
-    from rlinf_user.edge.protocol import Message, decode, encode
-
-    ctx = zmq.Context()
-    daemon, loop_sock = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
-    daemon.bind("inproc://loop")
-    loop_sock.connect("inproc://loop")
     arm = FlakyLink()
-    loop = ControlLoop(ArmBackend(arm, SafetyConfig()), loop_sock, hz=50, watchdog_periods=2)
-    thread = threading.Thread(target=loop.run, daemon=True)
-    thread.start()
-
-    def ask(kind, rid, **arrays):
-        daemon.send_multipart(encode(Message(kind, rid, {}, arrays)))
-        deadline = __import__("time").monotonic() + 5
-        while __import__("time").monotonic() < deadline:
-            if daemon.poll(100):
-                m = decode(daemon.recv_multipart())
-                if m.rid == rid and m.kind in ("obs", "error", "ack"):
-                    return m
-        raise TimeoutError(kind)
-
-    try:
+    with running_loop(arm, hz=50, watchdog_periods=2) as (loop, ask, _collect, _states):
         assert ask("reset", 1).kind == "obs"
         assert ask("act", 2, action=np.zeros(7, np.float32)).kind == "obs"
         arm.down = True
@@ -136,15 +115,9 @@ def test_a_robot_link_error_is_a_reported_fault_that_reset_recovers():
         refused = ask("act", 4, action=np.zeros(7, np.float32))
         assert refused.body["code"] == "state" and "fault" in refused.body["message"]
         ticks = loop.tick
-        __import__("time").sleep(0.1)
-        assert loop.tick > ticks and thread.is_alive()  # the loop keeps ticking
+        time.sleep(0.1)
+        assert loop.tick > ticks and loop.running  # the loop keeps ticking
         assert "hold" in arm.calls
         assert ask("reset", 5).kind == "obs"  # recovery, then homing
         assert arm.calls[-2:] == ["recover", "home"] and loop.fault is None
         assert ask("act", 6, action=np.zeros(7, np.float32)).kind == "obs"
-    finally:
-        loop.running = False
-        thread.join(2)
-        daemon.close(0)
-        loop_sock.close(0)
-        ctx.term()

@@ -4,18 +4,15 @@ seam, holding when the schedule runs dry, and refusing a bad chunk whole."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 import pytest
-import zmq
+from loop_harness import running_loop
 
 from rlinf_user.edge.arm import ArmDriver, ArmState
-from rlinf_user.edge.backends import ArmBackend
 from rlinf_user.edge.plan import ActionPlan
-from rlinf_user.edge.protocol import Message, ProtocolError, decode, encode, validate_request
-from rlinf_user.edge.safety import SafetyConfig
+from rlinf_user.edge.protocol import Message, ProtocolError, validate_request
 
 
 def test_a_plan_drops_late_actions_keeps_the_old_head_and_blends_the_seam():
@@ -95,44 +92,9 @@ class RecordingArm(ArmDriver):
 
 @pytest.fixture()
 def loop():
-    from rlinf_user.edge.control_loop import ControlLoop
-
-    ctx = zmq.Context()
-    daemon, loop_sock = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
-    daemon.bind("inproc://chunks")
-    loop_sock.connect("inproc://chunks")
     arm = RecordingArm()
-    control = ControlLoop(ArmBackend(arm, SafetyConfig()), loop_sock, hz=50, watchdog_periods=3)
-    thread = threading.Thread(target=control.run, daemon=True)
-    thread.start()
-    states: list[Message] = []
-
-    def ask(kind, rid, body=None, **arrays):
-        daemon.send_multipart(encode(Message(kind, rid, body or {}, arrays)))
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            if daemon.poll(100):
-                m = decode(daemon.recv_multipart())
-                if m.kind == "state":
-                    states.append(m)
-                elif m.rid == rid and m.kind in ("obs", "error", "ack"):
-                    return m
-        raise TimeoutError(kind)
-
-    def collect(seconds):
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            if daemon.poll(20):
-                m = decode(daemon.recv_multipart())
-                if m.kind == "state":
-                    states.append(m)
-
-    yield control, arm, ask, collect, states
-    control.running = False
-    thread.join(2)
-    daemon.close(0)
-    loop_sock.close(0)
-    ctx.term()
+    with running_loop(arm, hz=50, watchdog_periods=3, name="chunks") as (control, ask, collect, states):
+        yield control, arm, ask, collect, states
 
 
 def test_the_loop_runs_a_chunk_one_action_per_tick_then_holds(loop):
