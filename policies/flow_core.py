@@ -165,13 +165,16 @@ class JointFlowModel(nn.Module):
         beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
         return (beta.sample((b,)) * 0.999 + 0.001).to(device)
 
-    def flow_loss(self, images, image_masks, tokens, token_mask, state, actions, noise=None, t=None) -> torch.Tensor:
-        """Per-element flow-matching loss (B, H, action_dim) on normalised, padded actions."""
+    def flow_loss(self, images, image_masks, tokens, token_mask, state, actions, noise=None, t=None,
+                  prefix_grad: bool = True) -> torch.Tensor:  # fmt: skip
+        """Per-element flow-matching loss (B, H, action_dim) on normalised, padded actions
+        (``prefix_grad=False``: the prefix runs without gradients, a frozen VLM)."""
         b = actions.shape[0]
         noise = torch.randn_like(actions) if noise is None else noise
         t = self.sample_time(b, actions.device) if t is None else t
         x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * actions
-        cache, pad = self.prefix(images, image_masks, tokens, token_mask)
+        with torch.set_grad_enabled(prefix_grad and torch.is_grad_enabled()):
+            cache, pad = self.prefix(images, image_masks, tokens, token_mask)
         v = self.velocity(cache, pad, state, x_t, t)
         return F.mse_loss(v, noise - actions, reduction="none")
 
@@ -192,16 +195,14 @@ class JointFlowModel(nn.Module):
         every step adds Gaussian noise, and the chain's per-element log-density over the
         head's active dims (B, H, active), summed over the K transitions, comes back too."""
         k = int(num_steps or self.cfg.num_steps)
-        b, dt = state.shape[0], -1.0 / k
         x, chain = noise, [noise]
         logp = None if noise_head is None else torch.zeros_like(noise[..., : noise_head.active])
         for i in range(k):
-            t = torch.full((b,), 1.0 + i * dt, device=state.device)
             if noise_head is None:
-                x = x + dt * self.velocity(cache, pad, state, x, t)
+                t = torch.full((state.shape[0],), 1.0 + i * (-1.0 / k), device=state.device)
+                x = x + (-1.0 / k) * self.velocity(cache, pad, state, x, t)
             else:
-                v, feats = self.velocity(cache, pad, state, x, t, features=True)
-                mean, std = x + dt * v, noise_head(feats)
+                mean, std = self._transition(cache, pad, state, x, i, k, noise_head)
                 x = mean + std * torch.randn_like(x)
                 n = noise_head.active
                 logp = logp + torch.distributions.Normal(mean[..., :n], std[..., :n]).log_prob(x[..., :n])
@@ -209,21 +210,26 @@ class JointFlowModel(nn.Module):
         chain = torch.stack(chain)
         return chain if noise_head is None else (chain, logp)
 
+    def _transition(self, cache, pad, state, x, i: int, k: int, noise_head) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flow-Noise's Gaussian step ``i`` of ``k`` from ``x``: the Euler step as its mean
+        and the noise head's std (0 on padded dims), both over every dim."""
+        dt = -1.0 / k
+        t = torch.full((state.shape[0],), 1.0 + i * dt, device=state.device)
+        v, feats = self.velocity(cache, pad, state, x, t, features=True)
+        return x + dt * v, noise_head(feats)
+
     def chain_log_prob(self, cache, pad, state, chain: torch.Tensor, noise_head: NoiseHead) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-element log-density (B, H, active) of a recorded chain (K + 1, B, H, A),
         summed over its K Gaussian transitions, and the per-element entropy of those
         transitions averaged over the steps (only the dims the noise head makes stochastic)."""
         k, n = chain.shape[0] - 1, noise_head.active
-        b, dt = state.shape[0], -1.0 / k
         logp = torch.zeros_like(chain[0][..., :n])
         ent = torch.zeros_like(logp)
         for i in range(k):
-            t = torch.full((b,), 1.0 + i * dt, device=state.device)
-            v, feats = self.velocity(cache, pad, state, chain[i], t, features=True)
-            std = noise_head(feats)[..., :n]
-            dist = torch.distributions.Normal((chain[i] + dt * v)[..., :n], std)
-            logp = logp + dist.log_prob(chain[i + 1][..., :n])
-            ent = ent + dist.entropy() / k
+            mean, std = self._transition(cache, pad, state, chain[i], i, k, noise_head)
+            step = torch.distributions.Normal(mean[..., :n], std[..., :n])
+            logp = logp + step.log_prob(chain[i + 1][..., :n])
+            ent = ent + step.entropy() / k
         return logp, ent
 
 

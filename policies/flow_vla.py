@@ -183,15 +183,9 @@ class FlowVLAPolicy(Policy):
         """Flow-matching loss toward env action chunks ``(B, H, action_dim)``; ``valid``
         ``(B, H)`` masks steps without a label (past an episode's end, or not the human's)."""
         images, masks, tokens, token_mask, state = self.model_inputs(obs)
-        target = self.normalise_actions(chunk)
-        b = target.shape[0]
-        noise = torch.randn_like(target)
-        t = self.model.sample_time(b, target.device)
-        x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * target
-        with torch.set_grad_enabled(self.prefix_grad()):
-            cache, pad = self.model.prefix(images, masks, tokens, token_mask)
-        v = self.model.velocity(cache, pad, state, x_t, t)
-        err = F.mse_loss(v, noise - target, reduction="none")[..., : self.spec.action_dim].mean(-1)  # (B, H)
+        per_elem = self.model.flow_loss(images, masks, tokens, token_mask, state, self.normalise_actions(chunk),
+                                        prefix_grad=self.prefix_grad())  # fmt: skip
+        err = per_elem[..., : self.spec.action_dim].mean(-1)  # (B, H)
         if valid is None:
             return err.mean()
         w = valid.float()

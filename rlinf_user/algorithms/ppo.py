@@ -64,7 +64,9 @@ class PPO(Algorithm):
 
     def value_parameters(self) -> list[torch.nn.Parameter]:
         """The critic's own parameters (its own learning rate, trained alone while warming up)."""
-        head = getattr(self.policy, "value_head", None) or getattr(self.policy, "critic", None)
+        head = getattr(self.policy, "value_head", None)
+        if head is None:
+            head = getattr(self.policy, "critic", None)
         return [] if self.grpo or head is None else list(head.parameters())
 
     def warming_up(self) -> bool:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlinf_user.env.spec import Col
+
 
 class ChunkQueue:
     def __init__(self, num_envs: int):
@@ -83,8 +85,17 @@ class DecisionRows:
     def add(self, cols: dict[str, np.ndarray], live: np.ndarray, closes: np.ndarray) -> dict[str, np.ndarray] | None:
         """Fold one step of every env (``cols`` rows in env order; ``live``: the env made a
         step) in; return the rows of the decisions that ``closes`` ends (None: none)."""
-        from rlinf_user.env.spec import Col
+        if not np.array_equal(closes, live) or any(acc is not None for acc in self.open):
+            return self._fold(cols, live, closes)
+        # every stepping env's decision is this one step (per-step policies): no folding
+        rows = {k: v[live] for k, v in cols.items()} if not live.all() else dict(cols)
+        if not len(rows[Col.REWARD]):
+            return None
+        rows[Col.STEP] = self.seq[live].copy()
+        self.seq[live] += 1
+        return rows
 
+    def _fold(self, cols: dict[str, np.ndarray], live: np.ndarray, closes: np.ndarray) -> dict[str, np.ndarray] | None:
         out = []
         for i in np.flatnonzero(live):
             row = {k: v[i : i + 1] for k, v in cols.items()}
@@ -108,8 +119,6 @@ class DecisionRows:
 
     def close_all(self) -> dict[str, np.ndarray] | None:
         """End every open decision (a synchronous round ends; its chunks are dropped)."""
-        from rlinf_user.env.spec import Col
-
         out = []
         for i, acc in enumerate(self.open):
             if acc is not None:

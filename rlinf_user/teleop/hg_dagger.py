@@ -88,9 +88,6 @@ class HGDaggerSession:
             out = self.policy.act(obs_to_torch(stack_obs([obs])), deterministic=True)
         return list(self.spec.expand_action(out.actions[0].float().numpy()))
 
-    def policy_action(self, obs: dict) -> np.ndarray:
-        return self.policy_chunk(obs)[0]
-
     def episode(self, round_: int, index: int, kind: str, seed: int | None) -> EpisodeLog:
         obs, _ = self.env.reset(seed=seed)
         task = obs.get("instruction") or self.task  # the episode's language instruction is its task

@@ -205,3 +205,18 @@ def test_a_chunk_of_steps_becomes_one_decision_row():
     cols = {Col.REWARD: np.ones(2, np.float32), Col.TERMINATED: np.zeros(2), Col.TRUNCATED: np.zeros(2)}
     out = d.add(cols, np.array([False, True]), np.array([True, True]))
     assert out[Col.STEP].tolist() == [2] and out[Col.REWARD].tolist() == [1.0]
+
+
+def test_per_step_decisions_take_the_rows_as_they_are():
+    """Chunks of one step: every live env's row comes back unchanged, numbered per env."""
+    from rlinf_user.runtime.chunks import DecisionRows
+
+    d = DecisionRows(3)
+    cols = {"obs/state": np.arange(3, dtype=np.float32)[:, None], Col.REWARD: np.array([1.0, 2.0, 3.0], np.float32),
+            Col.STEP: np.array([7, 7, 7])}  # fmt: skip
+    live = np.array([True, False, True])
+    rows = d.add(cols, live, live)
+    assert rows["obs/state"][:, 0].tolist() == [0.0, 2.0] and rows[Col.REWARD].tolist() == [1.0, 3.0]
+    assert rows[Col.STEP].tolist() == [0, 0]
+    rows = d.add(cols, np.ones(3, bool), np.ones(3, bool))
+    assert rows[Col.STEP].tolist() == [1, 0, 1] and d.close_all() is None
