@@ -99,7 +99,8 @@ class PPO(Algorithm):
             for start in range(0, n, mb):
                 idx = perm[start : start + mb]
                 sub = index_obs_torch(obs, idx)
-                logp, entropy = self.policy.log_prob(sub, sample[idx])
+                with torch.set_grad_enabled(not warmup):  # critic warm-up: the policy is held, no graph for it
+                    logp, entropy = self.policy.log_prob(sub, sample[idx])
                 ratio_log = logp - old_logp[idx]  # (mb,) or per element (mb, N): each clipped alone
                 ratio = ratio_log.exp()
                 with torch.no_grad():
@@ -110,9 +111,7 @@ class PPO(Algorithm):
                     a = (a - a.mean()) / (a.std() + 1e-8)
                 a = a.reshape(-1, *([1] * (ratio.dim() - 1)))
                 pg = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-                loss = pg - cfg.ent_coef * entropy.mean()
-                if warmup:  # critic warm-up: the policy is held, only the value head trains
-                    loss = loss * 0.0
+                loss = torch.zeros(()) if warmup else pg - cfg.ent_coef * entropy.mean()
                 v_loss = torch.zeros(())
                 if not self.grpo and cfg.vf_coef > 0:
                     v = self.policy.value(sub)
@@ -129,10 +128,11 @@ class PPO(Algorithm):
                         f"finite {bool(torch.isfinite(old_logp).all())}, advantage mean {adv.mean().item()} std "
                         f"{adv.std().item()}, {n} rows)"
                     )
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                self.opt.step()
+                if loss.requires_grad:  # (a warm-up without a value loss trains nothing)
+                    self.opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                    self.opt.step()
                 metrics.update(policy_loss=pg.item(), value_loss=v_loss.item(), entropy=entropy.mean().item())
             epochs += 1
             if cfg.target_kl is not None and approx_kl > cfg.target_kl and not warmup:

@@ -4,7 +4,8 @@ Weights are polled without blocking between steps (a synchronous on-policy round
 for its version first); chunks of transitions (:class:`rlinf_user.env.spec.Col`) go to
 the sink with at most ``max_inflight`` sends outstanding, each row stamped with the
 acting policy version, env id, step number and intervention flag, plus the policy's
-log-prob/value/sample for on-policy algorithms. Action chunks run step by step.
+log-prob/value/sample for on-policy algorithms. Action chunks run step by step; for
+on-policy algorithms the steps one chunk ran are one row (:class:`DecisionRows`).
 With ``placement.rollout.enabled`` the rollout server acts; a server that dies ends the
 call early with ``rollout_lost`` (steps kept, episodes go on) until a new one is handed over.
 """

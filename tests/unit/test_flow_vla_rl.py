@@ -124,3 +124,31 @@ def test_ppo_moves_a_flow_vla_toward_chunks_with_higher_advantage():
         metrics = algo.update(batch)
     assert metrics["clipfrac"] > 0 and np.isfinite(metrics["policy_loss"])
     assert error() < 0.6 * before, (before, error())
+
+
+def test_critic_warm_up_trains_the_value_head_alone_then_the_policy():
+    from rlinf_user.algorithms.base import build_algorithm
+    from rlinf_user.env.spec import Col
+
+    torch.manual_seed(0)
+    spec = EnvSpec(state_dim=3, active_dims=(0, 1, 2))
+    cfg = compose_config(["algo=ppo", "policy=pi0", "algo.critic_warmup_updates=1", "algo.value_lr=1e-2",
+                          "algo.norm_obs=false", "algo.num_minibatches=1", "algo.update_epochs=1"], sim="reach")  # fmt: skip
+    algo = build_algorithm(cfg.algo, cfg.policy, spec)
+    p = algo.policy
+    obs = {"state": torch.randn(16, 3), "images": {}}
+    out = p.act(obs)
+    batch = {"obs/state": obs["state"].numpy(), Col.SAMPLE: out.extras["sample"].numpy(),
+             Col.LOG_PROB: out.extras["log_prob"].numpy(), Col.VALUE: out.extras["value"].numpy(),
+             "advantage": np.linspace(-1, 1, 16, dtype=np.float32), "return": np.ones(16, np.float32)}  # fmt: skip
+
+    def snapshot():
+        return {k: v.clone() for k, v in p.state_dict().items()}
+
+    before = snapshot()
+    assert algo.update(batch)["critic_warmup"] == 1.0
+    after = snapshot()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith("value_head.") for k in changed), sorted(changed)[:5]
+    assert algo.update(batch)["critic_warmup"] == 0.0
+    assert any(not torch.equal(after[k], v) for k, v in snapshot().items() if k.startswith("model."))
