@@ -31,6 +31,7 @@ POLICIES = Registry(
         "flow": "rlinf_user.policies.flow:FlowPolicy",
         "pi0": "rlinf_user.policies.pi0:Pi0Policy",
         "lite_vla": "rlinf_user.policies.lite_vla:LiteVLAPolicy",
+        "token_vla": "rlinf_user.policies.token_vla:TokenVLAPolicy",
         "openpi_remote": "rlinf_user.policies.openpi_remote:OpenpiRemotePolicy",
     },
 )

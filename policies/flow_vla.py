@@ -38,6 +38,20 @@ from rlinf_user.policies.vla_text import PromptTokenizer
 FINETUNE = ("expert", "lora", "full")
 
 
+def apply_finetune(mode: str, frozen: list[torch.nn.Module], lora_target: torch.nn.Module | None, rank: int = 8) -> None:
+    """``full``: everything trains; otherwise ``frozen`` is frozen, and ``lora`` adds peft's
+    LoRA adapters to the attention projections of ``lora_target`` (they train)."""
+    if mode == "full":
+        return
+    for m in frozen:
+        m.requires_grad_(False)
+    if mode == "lora":
+        from peft import LoraConfig, inject_adapter_in_model
+
+        conf = LoraConfig(r=int(rank), lora_alpha=2 * int(rank), target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+        inject_adapter_in_model(conf, lora_target)
+
+
 def cfg_getter(policy_cfg):
     return policy_cfg.get if hasattr(policy_cfg, "get") else lambda k, d=None: getattr(policy_cfg, k, d)
 
@@ -96,15 +110,7 @@ class FlowVLAPolicy(Policy):
         raise NotImplementedError
 
     def set_finetune(self, mode: str, rank: int = 8) -> None:
-        if mode == "full":
-            return
-        for m in self.frozen_modules():
-            m.requires_grad_(False)
-        if mode == "lora":
-            from peft import LoraConfig, inject_adapter_in_model
-
-            conf = LoraConfig(r=int(rank), lora_alpha=2 * int(rank), target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-            inject_adapter_in_model(conf, self.lora_targets())
+        apply_finetune(mode, self.frozen_modules(), self.lora_targets() if mode == "lora" else None, rank)
 
     def prefix_grad(self) -> bool:
         return self.finetune != "expert" and torch.is_grad_enabled()

