@@ -92,7 +92,9 @@ class TokenVLAPolicy(Policy):
         super().__init__(spec)
         unknown = [c for c in cameras if c not in spec.cameras]
         if unknown or len(cameras) > cfg.num_cameras:
-            raise ValueError(f"policy.cameras={cameras}: the env has {sorted(spec.cameras)} and the model {cfg.num_cameras} image slots")
+            raise ValueError(
+                f"policy.cameras={cameras}: the env has {sorted(spec.cameras)} and the model {cfg.num_cameras} image slots"
+            )
         if finetune not in FINETUNE:
             raise ValueError(f"policy.finetune={finetune!r}: one of {', '.join(FINETUNE)}")
         vocab = int(vlm.config.vocab_size)
@@ -145,7 +147,10 @@ class TokenVLAPolicy(Policy):
             image = resize_with_pad(obs["images"][cam].to(dev), self.cfg.image_size)
             with torch.no_grad():
                 fmap = self.vision.extract_features(image)
-            e = self.image_proj(fmap.flatten(2).transpose(1, 2)) + self.image_pos[slot, : fmap.shape[-1] * fmap.shape[-2]]
+            e = (
+                self.image_proj(fmap.flatten(2).transpose(1, 2))
+                + self.image_pos[slot, : fmap.shape[-1] * fmap.shape[-2]]
+            )
             embs.append(e)
             pads.append(torch.ones(e.shape[:2], dtype=torch.bool, device=dev))
         prompts = obs.get("instruction") or [self.default_prompt] * b

@@ -45,7 +45,10 @@ def test_actions_map_to_the_last_256_ids_in_reverse_and_decode_to_bin_centres():
 
 def test_the_learner_recomputes_the_sampled_token_log_probs_and_padding_changes_nothing():
     p = policy()
-    assert all(isinstance(p, CAPABILITIES[c]) for c in ("log-prob of recorded samples", "a value function", "behaviour cloning"))
+    assert all(
+        isinstance(p, CAPABILITIES[c])
+        for c in ("log-prob of recorded samples", "a value function", "behaviour cloning")
+    )
     o = obs()
     torch.manual_seed(3)
     out = p.act(o)
@@ -72,7 +75,9 @@ def test_gradients_reach_only_what_finetune_trains(finetune):
     (p.log_prob(o, idx)[0].mean() + p.value(o).mean() + p.bc_loss(o, torch.zeros(3, 4, 3))).backward()
     grads = {n for n, q in p.named_parameters() if q.grad is not None and q.grad.abs().sum() > 0}
     lm = {n for n in grads if n.startswith("vlm.") and "lora_" not in n}
-    assert {"action_emb", "image_proj.weight", "state_proj.weight"} <= grads and any(n.startswith("value_head.") for n in grads)
+    assert {"action_emb", "image_proj.weight", "state_proj.weight"} <= grads and any(
+        n.startswith("value_head.") for n in grads
+    )
     assert not any(n.startswith("vision.") for n in grads)  # ImageNet weights stay
     assert bool(lm) == (finetune == "full"), sorted(lm)[:4]
     assert any("lora_" in n for n in grads) == (finetune == "lora")
