@@ -47,10 +47,12 @@ class NonFiniteLoss(FloatingPointError):
 
 class Algorithm:
     """Base class. Subclasses set ``data_mode`` and ``requires`` (capability names from
-    :data:`rlinf_user.policies.base.CAPABILITIES`) and implement ``update``."""
+    :data:`rlinf_user.policies.base.CAPABILITIES`) and implement ``update``, calling
+    :meth:`backward` for every loss (a data-parallel learner averages the gradients there)."""
 
     data_mode: ClassVar[str] = REPLAY
     requires: ClassVar[tuple[str, ...]] = ()
+    grad_world: int = 1  # > 1: a data-parallel replica (torch.distributed group joined)
 
     def __init__(self, cfg, policy: Policy, spec: EnvSpec, device: str | torch.device = "cpu"):
         self.cfg = cfg
@@ -81,6 +83,47 @@ class Algorithm:
     def update(self, batch: dict[str, Any]) -> dict[str, float]:  # pragma: no cover
         raise NotImplementedError
 
+    def backward(self, loss: torch.Tensor, opt: torch.optim.Optimizer) -> None:
+        """``loss.backward()``; in a data-parallel learner, then the gradients of ``opt``'s
+        parameters averaged over every replica (one flat all-reduce), so each replica's
+        ``opt.step()`` takes the same step, that of the whole batch."""
+        loss.backward()
+        if self.grad_world > 1:
+            average_gradients([q for g in opt.param_groups for q in g["params"]], self.grad_world)
+
+    def group_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Every replica's ``rows`` (equal counts), in rank order: statistics a replica keeps
+        (the observation normaliser) are then updated with the whole batch on each."""
+        if self.grad_world == 1:
+            return rows
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(rows) for _ in range(self.grad_world)]
+        dist.all_gather(parts, rows.contiguous())
+        return torch.cat(parts)
+
+    def sync_buffers(self) -> None:
+        """Floating-point buffers (batch-norm statistics) from rank 0 to every replica after
+        an update, as DistributedDataParallel's ``broadcast_buffers`` does."""
+        if self.grad_world == 1:
+            return
+        import torch.distributed as dist
+
+        for m in [v for v in vars(self).values() if isinstance(v, torch.nn.Module)]:
+            for b in m.buffers():
+                if b.is_floating_point():
+                    dist.broadcast(b.data, 0)
+
+    def group_mean(self, value: float) -> float:
+        """``value`` averaged over the data-parallel replicas (decisions they must share)."""
+        if self.grad_world == 1:
+            return value
+        import torch.distributed as dist
+
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t) / self.grad_world
+
     def check_finite(self, metrics: dict[str, float]) -> None:
         """Raise :class:`NonFiniteLoss` if an update left a NaN/Inf metric or policy weight."""
         bad = [k for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v) and k != "explained_variance"]
@@ -100,6 +143,24 @@ class Algorithm:
         self.policy.load_state_dict(state["policy"])
         self.opt.load_state_dict(state["opt"])
         self.num_updates = int(state["num_updates"])
+
+
+def average_gradients(params: list[torch.nn.Parameter], world: int) -> None:
+    """Sum the gradients over the process group in one flat buffer, divide by ``world``.
+    Parameters without a gradient are skipped (replicas run the same code, so the same
+    parameters have none)."""
+    import torch.distributed as dist
+
+    grads = [q.grad for q in params if q.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world
+    start = 0
+    for g in grads:
+        g.copy_(flat[start : start + g.numel()].view_as(g))
+        start += g.numel()
 
 
 def _members(proto) -> list[str]:

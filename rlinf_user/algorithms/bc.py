@@ -37,7 +37,7 @@ class BC(Algorithm):
         steps that carry a label marked in ``valid`` ``(B, H)`` (chunk policies)."""
         loss = self.policy.bc_loss(obs, target) if valid is None else self.policy.bc_loss(obs, target, valid)
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        self.backward(loss, self.opt)
         self.opt.step()
         self.num_updates += 1
         return float(loss.detach())

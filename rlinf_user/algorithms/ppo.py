@@ -130,16 +130,16 @@ class PPO(Algorithm):
                     )
                 if loss.requires_grad:  # (a warm-up without a value loss trains nothing)
                     self.opt.zero_grad(set_to_none=True)
-                    loss.backward()
+                    self.backward(loss, self.opt)
                     nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
                     self.opt.step()
                 metrics.update(policy_loss=pg.item(), value_loss=v_loss.item(), entropy=entropy.mean().item())
             epochs += 1
-            if cfg.target_kl is not None and approx_kl > cfg.target_kl and not warmup:
-                break
+            if cfg.target_kl is not None and not warmup and self.group_mean(approx_kl) > cfg.target_kl:
+                break  # (data-parallel replicas stop together: the decision is on their mean KL)
         self.num_updates += 1
         if cfg.norm_obs and hasattr(self.policy, "update_normalizer"):
-            self.policy.update_normalizer(obs["state"])
+            self.policy.update_normalizer(self.group_rows(obs["state"]))
         with torch.no_grad():
             var = float(ret.var()) if n > 1 else 0.0
             explained = float("nan") if var == 0 or self.grpo else 1.0 - float((ret - old_v).var()) / var

@@ -136,7 +136,7 @@ class SAC(Algorithm):
         }
         critic_loss, metrics = self._critic_loss(batch)
         self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
+        self.backward(critic_loss, self.critic_opt)
         if self.cfg.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.grad_clip)
         self.critic_opt.step()
@@ -144,10 +144,10 @@ class SAC(Algorithm):
         if self.num_updates % self.cfg.actor_update_every == 0:
             actor_loss, alpha_loss, m = self._actor_loss(batch)
             self.actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
+            self.backward(actor_loss, self.actor_opt)
             self.actor_opt.step()
             self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
+            self.backward(alpha_loss, self.alpha_opt)
             self.alpha_opt.step()
             metrics.update(m, actor_loss=actor_loss.item(), alpha=self.alpha.item())
         if self.target_critic is not None:

@@ -132,6 +132,7 @@ class PlacementConfig:
     rollout: RolloutRole = field(default_factory=RolloutRole)
     reward: RoleResources = field(default_factory=lambda: RoleResources(num_cpus=0.5))  # with reward.classifier
     learner_device: str = "auto"  # auto | cpu | cuda
+    learner_replicas: int = 1  # > 1: data-parallel learner, each replica a 1/N shard of every batch (gloo/NCCL)
     # Weight sync: a worker more than this many versions behind waits for the newest
     # (None: never waits); publish only the tensors that changed (a frozen backbone once).
     max_policy_lag: int | None = None

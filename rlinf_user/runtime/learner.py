@@ -49,8 +49,9 @@ def replay_batch(flat: dict[str, np.ndarray], spec: EnvSpec, device) -> dict[str
 
 class Learner:
     def __init__(
-        self, cfg, spec, run_dir: str, weight_store=None, replay=None, recovering: bool = False
-    ):
+        self, cfg, spec, run_dir: str, weight_store=None, replay=None, recovering: bool = False,
+        replica_options: dict[str, Any] | None = None,
+    ):  # fmt: skip
         torch.manual_seed(cfg.seed)
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
         self.cfg = cfg
@@ -102,6 +103,12 @@ class Learner:
         warm = int(algo.get("bc_warmup_updates", 0) or 0) > 0
         if cfg.demos and warm and not cfg.resume and not recovering:
             self.bc_warmup(int(algo.bc_warmup_updates))
+        self.dp = None
+        replicas = int(cfg.placement.get("learner_replicas", 1) or 1)
+        if replicas > 1:  # data-parallel: this is rank 0 (see rlinf_user.runtime.data_parallel)
+            from rlinf_user.runtime.data_parallel import DataParallel
+
+            self.dp = DataParallel(cfg, self.spec, self.algo, replicas, replica_options or {})
 
     def bc_warmup(self, updates: int) -> float:
         """Behaviour-clone the policy on the demonstrations before any RL update, so the
@@ -219,13 +226,19 @@ class Learner:
         t0 = time.perf_counter()
         flat = self._sample(n)
         metrics: dict[str, float] = {}
+        batches = [{k: v[i] for k, v in flat.items()} for i in range(n)]
+        refs = None
+        if self.dp is not None:  # the replicas update on their shards alongside
+            refs, batches = self.dp.start_replay(batches)
         with self.lock:
-            for i in range(n):
-                batch = replay_batch({k: v[i] for k, v in flat.items()}, self.spec, self.device)
-                metrics.update(self.algo.update(batch))
+            for b in batches:
+                metrics.update(self.algo.update(replay_batch(b, self.spec, self.device)))
+                self.algo.sync_buffers()
                 self.algo.check_finite(metrics)
                 if self.algo.num_updates % self.cfg.publish_every_updates == 0:
                     self.publish()
+            if refs is not None:
+                self.dp.wait(refs)
         dt = time.perf_counter() - t0
         self.update_time += dt
         return {"updates": n, "seconds": dt, "num_updates": self.algo.num_updates, "version": self.version, **metrics}
@@ -245,7 +258,7 @@ class Learner:
             st["updates"] += 1
             st["rows_trained"] += len(lags)
             st["max_policy_lag"] = max(st["max_policy_lag"], int(lags.max()))
-            metrics = self.algo.update(batch)
+            metrics = self.algo.update(batch) if self.dp is None else self.dp.update_on_policy(batch)
             self.algo.check_finite(metrics)
             self.publish()
         dt = time.perf_counter() - t0
@@ -288,10 +301,17 @@ class Learner:
         if trained != str(self.cfg.algo.name) and {trained, str(self.cfg.algo.name)} - {"sac", "rlpd", "crossq"}:
             raise ValueError(f"{path} was trained by algo={trained}; this run is algo={self.cfg.algo.name}")
         self.algo.load_checkpoint_state(state["agent"])
+        if self.dp is not None:
+            self.dp.sync_state()
         self.version = int(state["version"])
         self.env_steps_seen = int(state["env_steps"])
         torch.set_rng_state(state["rng"])
         return {"env_steps": self.env_steps_seen, "version": self.version, "num_updates": self.algo.num_updates}
+
+    def replica_digests(self) -> list[float]:
+        """Checksums of the lead's then each data-parallel replica's policy weights."""
+        own = float(sum(v.double().sum() for v in self.algo.policy.state_dict().values() if v.is_floating_point()))
+        return [own, *(self.dp.digests() if self.dp is not None else [])]
 
     def close(self) -> None:
         if self.local_replay is not None:

@@ -54,9 +54,10 @@ class Plan:
     groups: dict[str, dict[str, float]] | None = None
     rollout: RolePlan | None = None  # None: every env worker runs the policy itself
     reward: RolePlan | None = None  # where a reward classifier would run (used with reward.classifier)
+    learner_replicas: int = 1  # data-parallel copies of the learner role (each asks for its resources)
 
     def total_cpus(self) -> float:
-        cpus = self.learner.num_cpus + self.weights.num_cpus
+        cpus = self.learner.num_cpus * self.learner_replicas + self.weights.num_cpus
         if self.rollout is not None:
             cpus += self.rollout.num_cpus
         if self.reward is not None:
@@ -116,9 +117,13 @@ def make_plan(placement_cfg, gpu_available: bool) -> Plan:
     reward = _role(placement_cfg.reward, groups=groups) if placement_cfg.get("reward") is not None else None
     if reward is not None and not gpu_available:
         reward.num_gpus = 0.0
+    replicas = int(placement_cfg.get("learner_replicas", 1) or 1)
+    if replicas > 1 and gpu_available:
+        learner.num_gpus = 1.0  # NCCL: one device per replica
     return Plan(
-        mode, learner, env_worker, replay, weights, int(placement_cfg.num_env_workers), eval_worker, groups, rollout, reward
-    )
+        mode, learner, env_worker, replay, weights, int(placement_cfg.num_env_workers), eval_worker, groups, rollout, reward,
+        replicas,
+    )  # fmt: skip
 
 
 def start_ray(kwargs: dict[str, Any]) -> bool:

@@ -40,9 +40,11 @@ class Supervision:
 
     # -- learner ----------------------------------------------------------------------------
     def _new_learner(self, recovering: bool = False):
-        return self._learner_cls.options(**self.plan.learner.actor_options()).remote(
-            self.cfg, self.spec, str(self.run_dir), self.weights, self.replay, recovering=recovering
-        )
+        options = self.plan.learner.actor_options()
+        return self._learner_cls.options(**options).remote(
+            self.cfg, self.spec, str(self.run_dir), self.weights, self.replay, recovering=recovering,
+            replica_options={k: v for k, v in options.items() if k != "max_concurrency"},
+        )  # fmt: skip
 
     def _restart_learner(self, err: BaseException) -> None:
         """A dead learner comes back from its latest checkpoint, with the buffer restored

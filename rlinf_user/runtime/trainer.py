@@ -198,6 +198,7 @@ class Trainer(Supervision):
             "interventions": p.interventions,
             "teleop_device_lost": p.supervisor_lost,
             "replay": ray.get(self.learner.replay_stats.remote()),
+            "learner_replicas": self._replicas(),
         }
         write_json(self.run_dir / "eval" / "summary.json", summary)
         self.on_progress(p)
@@ -212,6 +213,14 @@ class Trainer(Supervision):
         """Per fleet member: env steps, episodes, recent success, worker states, nodes."""
         status = self.pool.status() if hasattr(self, "pool") else {}
         return self.record.member_stats(getattr(self, "members", []), status)
+
+    def _replicas(self) -> dict[str, Any]:
+        """How many data-parallel learner replicas trained, and whether their weights agree."""
+        import ray
+
+        digests = ray.get(self.learner.replica_digests.remote())
+        spread = max(digests) - min(digests)
+        return {"count": len(digests), "weights_identical": bool(spread <= 1e-6 * max(1.0, abs(digests[0])))}
 
     def _where(self) -> dict[str, Any]:
         """The node each role ran on (members: every node their workers used)."""

@@ -167,3 +167,14 @@ def test_a_chunk_policy_trains_on_one_row_per_chunk(tmp_path, ray_runtime, polic
     # a row per chunk of 4 steps (more where an episode ended inside a chunk)
     assert 256 / 4 <= stats["rows_trained"] < 256 / 2, stats
     assert stats["max_policy_lag"] == 0 and summary["final_eval_success"] is not None
+
+
+def test_a_data_parallel_learner_trains_on_shards_and_its_replicas_stay_identical(tmp_path, ray_runtime):
+    """placement.learner_replicas=2: a second learner actor joins a gloo group; every PPO
+    round each trains on half the rows with averaged gradients, and at the end both hold
+    the same weights (the summary compares them)."""
+    cfg = on_policy_cfg(tmp_path, "ppo", "placement.learner_replicas=2", "total_env_steps=240", "eval_every_steps=240")
+    _, p, summary = run(cfg)
+    stats = summary["replay"]
+    assert p.env_steps == 240 and stats["updates"] == 3 == p.updates and stats["rows_trained"] == 240
+    assert summary["learner_replicas"] == {"count": 2, "weights_identical": True}
