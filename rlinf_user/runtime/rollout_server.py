@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_user.env.spec import batch_size, concat_obs, obs_to_torch
+from rlinf_user.env.spec import batch_size, concat_obs, index_obs_torch, obs_to_torch
 from rlinf_user.runtime.learner import as_spec, resolve_device
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class RolloutServer:
         self.batches = 0
         self.max_rows = 0
         self.forward_s = 0.0
+        self.oom_splits = 0  # batches that ran out of device memory and were split
 
     # -- serving ----------------------------------------------------------------------------
     async def act(
@@ -145,13 +146,36 @@ class RolloutServer:
                 self.weights.poll()
         t0 = time.perf_counter()
         with torch.no_grad():
-            result = self.policy.act(obs_to_torch(obs, self.device), deterministic=deterministic)
-        out = result.actions.float().cpu().numpy()
-        extras = {k: v.float().cpu().numpy() for k, v in result.extras.items()}
+            out, extras = self._act(obs_to_torch(obs, self.device), deterministic)
         self.forward_s += time.perf_counter() - t0
         if not np.isfinite(out).all():
             raise FloatingPointError("rollout: the policy produced non-finite actions")
         return out, extras, self.weights.version if self.weights is not None else -1
+
+    def _act(self, obs: dict[str, Any], deterministic: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The policy on a batch; out of device memory, the batch is halved (and
+        ``max_batch`` with it, for every later batch) until it fits, so the server goes on
+        serving smaller batches. Out of memory on a single row is the callers' error."""
+        n = int(obs["state"].shape[0])
+        try:
+            result = self.policy.act(obs, deterministic=deterministic)
+            return result.actions.float().cpu().numpy(), {k: v.float().cpu().numpy() for k, v in result.extras.items()}
+        except torch.OutOfMemoryError as err:
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            if n == 1:
+                raise RuntimeError(f"rollout: out of memory on {self.device} for a batch of 1 row: the model does not fit") from err
+            self.oom_splits += 1
+            self.max_batch = min(self.max_batch, max(1, n // 2))
+            log.error("rollout: out of memory on %s for a batch of %d rows; serving batches of at most %d from now on",
+                      self.device, n, self.max_batch)  # fmt: skip
+        parts, start = [], 0
+        while start < n:  # pieces of the size that fits now (a piece that fails shrinks it further)
+            size = self.max_batch
+            parts.append(self._act(index_obs_torch(obs, torch.arange(start, min(n, start + size))), deterministic))
+            start += size
+        extras = {k: np.concatenate([p[1][k] for p in parts]) for k in parts[0][1]}
+        return np.concatenate([p[0] for p in parts]), extras
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -164,6 +188,8 @@ class RolloutServer:
             "forward_ms_mean": 1000 * self.forward_s / self.batches if self.batches else 0.0,
             "policy_version": self.weights.version if self.weights is not None else -1,
             "device": str(self.device),
+            "oom_splits": self.oom_splits,
+            "max_batch": self.max_batch,
         }
 
     def ping(self) -> int:

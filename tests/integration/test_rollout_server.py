@@ -91,6 +91,40 @@ def test_max_batch_splits_a_queue_into_forward_passes(ray_runtime):
     assert stats["max_batch_rows"] == 4 and stats["batches"] >= 4  # 16 rows, at most 4 a pass
 
 
+def test_out_of_device_memory_is_reported_with_the_batch_size_and_smaller_batches_go_on(caplog):
+    """GPU memory cannot run out on a CPU: the policy raises torch's OutOfMemoryError above
+    4 rows, as a CUDA allocation would. The server splits the batch, answers every row
+    (the same actions as one pass), serves later batches at the size that fits, and names
+    the batch size in its log; a model that does not fit one row is the callers' error."""
+    from rlinf_user.runtime.rollout_server import RolloutServer
+
+    server = RolloutServer(server_cfg("placement.rollout.max_batch=64"), SPEC, None)
+    real_act = server.policy.act
+    seen = []
+
+    def act(obs, deterministic=False):
+        seen.append(int(obs["state"].shape[0]))
+        if seen[-1] > server_limit[0]:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_act(obs, deterministic)
+
+    server_limit = [4]
+    server.policy.act = act
+    obs = {"state": np.random.default_rng(0).normal(size=(10, 6)).astype(np.float32), "images": {}}
+    with caplog.at_level("ERROR"):
+        actions, _, _ = server._forward(obs, True)
+    assert "batch of 10 rows" in caplog.text and "at most 5" in caplog.text
+    server_limit[0] = 1000
+    whole, _, _ = server._forward(obs, True)
+    np.testing.assert_allclose(actions, whole, atol=1e-6)  # every row answered, as by one pass
+    stats = server.stats()
+    assert stats["oom_splits"] == 2 and stats["max_batch"] == 2 and seen[:5] == [10, 5, 2, 2, 1]
+    server_limit[0] = 0
+    with pytest.raises(RuntimeError, match="batch of 1 row"):
+        server._forward({"state": obs["state"][:1], "images": {}}, True)
+    server.close()
+
+
 def test_bad_rollout_settings_are_named():
     from rlinf_user.config.compose import ConfigError
 
