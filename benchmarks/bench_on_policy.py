@@ -1,14 +1,18 @@
 """On-policy learning (PPO, GRPO) through the Ray runtime: env steps/s, and env steps and
 wall-clock to a success threshold, per seed.
 
-Each run is ``rlinf-user train --sim maniskill algo=<algo> policy=gaussian_ac`` as a user
-would start it (collocated placement: env workers step CPU envs, the learner beside
+Each run is ``rlinf-user train --sim maniskill algo=<algo> policy=gaussian_ac`` (``--sim``,
+``--policy`` choose others: a VLA such as ``token_vla``) as a user would start it (collocated placement: env workers step CPU envs, the learner beside
 them), evaluated every ``--eval-every`` env steps on episodes from reset seeds training
 never uses, stopping at ``--target`` or ``--max-steps``.
 
     python benchmarks/bench_on_policy.py --algo ppo --seeds 0 1 2
     python benchmarks/bench_on_policy.py --algo grpo --seeds 0 1 2 --max-steps 300000 --eval-every 20000 \
         --eval-episodes 50 env.success_bonus=50
+    # PPO of the token VLA (real SmolLM2 layer, action tokens) on PushCube and on reach
+    python benchmarks/bench_on_policy.py --policy token_vla --max-steps 150000 --eval-episodes 50 \
+        --out benchmarks/results/vla_token_ppo_pushcube.json policy.vlm_layers=1 policy.finetune=heads \
+        policy.horizon=1 algo.value_lr=1e-3
     # on a GPU machine: ManiSkill's GPU-parallel envs in one worker
     python benchmarks/bench_on_policy.py --algo ppo --workers 1 --envs 1024 --sim-device cuda
 """
@@ -36,14 +40,14 @@ def run(algo: str, seed: int, args, work: Path) -> dict:
     from rlinf_user.runtime.trainer import Trainer
 
     overrides = [
-        f"algo={algo}", "policy=gaussian_ac", f"env.task={args.task}", f"seed={seed}",
+        f"algo={algo}", f"policy={args.policy}", *([f"env.task={args.task}"] if args.task else []), f"seed={seed}",
         f"total_env_steps={args.max_steps}", f"target_success={args.target}", f"eval_every_steps={args.eval_every}",
         f"eval_episodes={args.eval_episodes}", f"checkpoint_every_steps={args.max_steps}",
         f"placement.num_env_workers={args.workers}", f"placement.envs_per_worker={args.envs}",
         f"env.sim_device={args.sim_device}", f"algo.num_steps={args.num_steps}",
         f"run_root={work}", f"run_name={algo}-s{seed}", "progress=false", "buffer.persist=false", *args.overrides,
     ]  # fmt: skip
-    cfg = compose_config(overrides, sim="maniskill")
+    cfg = compose_config(overrides, sim=args.sim)
     validate(cfg)
     run_dir = create_run_dir(cfg)
     t0 = time.monotonic()
@@ -97,7 +101,9 @@ def from_run(run_dir: Path, seed: int, target: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--algo", default="ppo", choices=["ppo", "grpo"])
-    ap.add_argument("--task", default="PushCube-v1")
+    ap.add_argument("--sim", default="maniskill", help="a configs/sim group (maniskill, reach ...)")
+    ap.add_argument("--task", default="PushCube-v1", help="env.task ('' keeps the sim's default)")
+    ap.add_argument("--policy", default="gaussian_ac", help="gaussian_ac, or a VLA (token_vla, lite_vla, pi0)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--max-steps", type=int, default=600_000)
@@ -120,7 +126,7 @@ def main() -> None:
         runs = [run(args.algo, s, args, work) for s in args.seeds]
     reached = [r for r in runs if r["reached"]]
     result = {
-        "algo": args.algo, "task": args.task, "target": args.target, "workers": args.workers, "envs_per_worker": args.envs,
+        "algo": args.algo, "policy": args.policy, "sim": args.sim, "task": args.task, "target": args.target, "workers": args.workers, "envs_per_worker": args.envs,
         "num_steps": args.num_steps, "sim_device": args.sim_device, "overrides": args.overrides,
         "reached": f"{len(reached)}/{len(runs)}",
         "median_env_steps_to_target": float(np.median([r["env_steps_to_target"] for r in reached])) if reached else None,

@@ -5,10 +5,13 @@ repeated at every denoising step, as a naive implementation does).
 
 Each measurement: contract observations (two uint8 cameras of 224x224, a 20-D state, an
 instruction) in, a chunk of H actions out, through ``Pi0Policy.act`` (resize, tokenise,
-normalise, sample, un-normalise). Warm-up, then ``--repeats`` timed chunks; median and
+normalise, sample, un-normalise). ``token`` is ``policy=token_vla`` (OpenVLA-style: the chunk
+decoded token by token over the language model's KV cache; a 7-D action, so 28 tokens
+for 4 steps). Warm-up, then ``--repeats`` timed chunks; median and
 p99 latency, and actions/s = batch x H / latency.
 
     python benchmarks/bench_vla.py --sizes tiny small lite --batches 1 8 32
+    python benchmarks/bench_vla.py --sizes token --out benchmarks/results/vla_token_chunk_latency.json
     python benchmarks/bench_vla.py --sizes pi0 --batches 1 8 32 64 --device cuda --dtype bfloat16
 """
 
@@ -84,7 +87,8 @@ def measure(policy, b: int, repeats: int, cached: bool, device, stochastic: bool
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", nargs="+", default=["tiny", "small", "lite"], help="pi0 sizes, or lite (policy=lite_vla)")
+    ap.add_argument("--sizes", nargs="+", default=["tiny", "small", "lite"],
+                    help="pi0 sizes, lite (policy=lite_vla) or token (policy=token_vla)")  # fmt: skip
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--uncached-batches", type=int, nargs="*", default=[1, 8], help="batches also run without the cache")
@@ -105,23 +109,26 @@ def main() -> None:
     spec = EnvSpec(state_dim=20, cameras={"front": (224, 224), "wrist": (224, 224)}, instruction=True)
     rows = []
     for size in args.sizes:
-        over = ["policy=lite_vla"] if size == "lite" else ["policy=pi0", f"policy.size={size}"]
+        named = {"lite": ["policy=lite_vla"], "token": ["policy=token_vla"]}
+        over = named.get(size, ["policy=pi0", f"policy.size={size}"])
         policy = build_policy(compose_config(over).policy, spec).eval()
         policy = policy.to(device=args.device, dtype=getattr(torch, args.dtype))
         params = sum(p.numel() for p in policy.parameters())
-        cfg = policy.model.cfg
+        cfg = policy.model.cfg if hasattr(policy, "model") else policy.cfg
+        steps = getattr(cfg, "num_steps", None) or f"{cfg.horizon * spec.action_dim} tokens"
         for b in args.batches:
-            for cached in (True, False) if b in args.uncached_batches else (True,):
-                r = {"size": size, "params_m": round(params / 1e6, 2), "horizon": cfg.horizon, "denoise_steps": cfg.num_steps,
+            uncached = b in args.uncached_batches and hasattr(policy, "model")  # (a token VLA always decodes over its cache)
+            for cached in (True, False) if uncached else (True,):
+                r = {"size": size, "params_m": round(params / 1e6, 2), "horizon": cfg.horizon, "denoise_steps": steps,
                      "dtype": args.dtype, **measure(policy, b, args.repeats, cached, args.device)}  # fmt: skip
                 print(json.dumps(r), flush=True)
                 rows.append(r)
         if 1 in args.batches:  # an RL rollout's chunk: the stochastic chain, its log-prob and the value
-            r = {"size": size, "params_m": round(params / 1e6, 2), "horizon": cfg.horizon, "denoise_steps": cfg.num_steps,
+            r = {"size": size, "params_m": round(params / 1e6, 2), "horizon": cfg.horizon, "denoise_steps": steps,
                  "dtype": args.dtype, **measure(policy, 1, args.repeats, True, args.device, stochastic=True)}  # fmt: skip
             print(json.dumps(r), flush=True)
             rows.append(r)
-    result = {"what": "flow VLA chunk latency through FlowVLAPolicy.act (2 cameras 224x224, 20-D state, instruction)",
+    result = {"what": "VLA chunk latency through the policy's act (2 cameras 224x224, 20-D state, instruction)",
               "device": args.device, "threads": torch.get_num_threads(), "rows": rows, "machine": describe()}  # fmt: skip
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 

@@ -141,6 +141,10 @@ class Learner:
     def pid(self) -> int:
         return os.getpid()
 
+    def policy_horizon(self) -> int:
+        """Actions per decision (a chunk's length; 1 for per-step policies)."""
+        return max(1, int(getattr(self.algo.policy, "horizon", 1) or 1))
+
     def where(self) -> dict[str, Any]:
         """The node (and devices) this learner runs on, for the run summary."""
         import ray

@@ -129,7 +129,9 @@ def streaming_loop(tr, sched: Schedule) -> str:
     import ray
 
     cfg, p, pool = tr.cfg, tr.progress, tr.pool
-    min_rows = tr.rows_per_round() if tr.on_policy else 1
+    min_rows = 1
+    if tr.on_policy:  # a round is num_steps env steps per env; a row is a decision (a chunk's steps)
+        min_rows = max(1, tr.rows_per_round() // ray.get(tr.learner.policy_horizon.remote()))
     rollout_calls: dict[Any, tuple[int, int]] = {}
 
     def rollout(slot):
