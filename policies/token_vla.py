@@ -28,8 +28,6 @@ projection, the proprio projection, the action embeddings and the value head alw
 
 from __future__ import annotations
 
-import functools
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,19 +36,13 @@ from torch import nn
 
 from rlinf_user.env.spec import EnvSpec
 from rlinf_user.policies.base import Policy, PolicyOutput
-from rlinf_user.policies.flow_core import value_mlp
+from rlinf_user.policies.flow_core import additive, attention_2d, layer_step, value_mlp
 from rlinf_user.policies.flow_vla import apply_finetune, cfg_getter
 from rlinf_user.policies.pi0 import resize_with_pad
 from rlinf_user.policies.pretrained import VISION_FEATURES, efficientnet_lite0, language_model_folder, load_llama_layers
 from rlinf_user.policies.vla_text import PromptTokenizer, open_tokenizer
 
 FINETUNE = ("heads", "lora", "full")
-
-
-@functools.cache
-def cache_arg(model_cls: type) -> str:
-    """The decoder's cache argument (transformers 5.x renamed ``past_key_values`` ``cache``)."""
-    return "cache" if "cache" in inspect.signature(model_cls.forward).parameters else "past_key_values"
 
 
 @dataclass(frozen=True)
@@ -162,13 +154,25 @@ class TokenVLAPolicy(Policy):
         pads.append(torch.ones(b, 1, dtype=torch.bool, device=dev))
         return torch.cat(embs, 1), torch.cat(pads, 1)
 
-    def run(self, emb: torch.Tensor, mask: torch.Tensor, past=None, cache: bool = True):
-        """The language model over ``emb`` (after the cached ``past``); ``mask`` covers the
-        past and the new tokens (padding inside the prompt is masked, positions skip it)."""
-        pos = (torch.cumsum(mask.long(), 1) - 1).clamp_min(0)[:, -emb.shape[1] :]
-        kw = {cache_arg(type(self.vlm)): past} if past is not None else {}
-        out = self.vlm(inputs_embeds=emb, attention_mask=mask.long(), position_ids=pos, use_cache=cache, **kw)
-        return out.last_hidden_state, out.cache if hasattr(out, "cache") else out.past_key_values
+    def run(self, emb: torch.Tensor, pad: torch.Tensor, past: list | None = None):
+        """The decoder layers over ``emb`` (B, L, W) after the cached ``past`` (each layer's
+        keys/values); ``pad`` (B, past + L) marks real tokens. Causal attention, positions
+        skip the prompt's padding. Returns the final-normed hidden states and the cache
+        extended by these tokens. (The layers run one by one over their own cache rather
+        than through the model's forward: a decoding step is then little more than its
+        arithmetic.)"""
+        layers, rotary = self.vlm.layers, self.vlm.rotary_emb
+        n = emb.shape[1]
+        pos = (torch.cumsum(pad.long(), 1) - 1).clamp_min(0)[:, -n:]
+        cos, sin = rotary(emb, pos)
+        mask = additive(attention_2d(pad, torch.ones_like(pad))[:, -n:], emb.dtype)
+        x, cache = emb, []
+        for i, layer in enumerate(layers):
+            x, kv = layer_step(layer, x, cos, sin, mask, None if past is None else past[i])
+            if past is not None:
+                kv = (torch.cat([past[i][0], kv[0]], 2), torch.cat([past[i][1], kv[1]], 2))
+            cache.append(kv)
+        return self.vlm.norm(x), cache
 
     def action_logits(self, h: torch.Tensor) -> torch.Tensor:
         """Scores of the action bins (the action ids' logits) from hidden states."""
@@ -179,7 +183,7 @@ class TokenVLAPolicy(Policy):
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
         emb, mask = self.prefix_embeddings(obs)
         h, past = self.run(emb, mask)
-        last = h[:, -1]
+        last = state_out = h[:, -1]
         bins, logps = [], []
         for j in range(self.tokens_per_chunk):
             logits = self.action_logits(last).float()
@@ -194,12 +198,12 @@ class TokenVLAPolicy(Policy):
         actions = bin_centres(idx, self.cfg.bins).view(-1, self.horizon, self.spec.action_dim)
         if deterministic:
             return PolicyOutput(actions, {})
-        value = self.value_head(self.prefix_state(obs)).squeeze(-1)
+        value = self.value_head(state_out.float()).squeeze(-1)
         return PolicyOutput(actions, {"sample": idx.float(), "log_prob": torch.stack(logps, 1), "value": value})
 
     def prefix_state(self, obs: dict[str, Any]) -> torch.Tensor:
         emb, mask = self.prefix_embeddings(obs)
-        return self.run(emb, mask, cache=False)[0][:, -1].float()
+        return self.run(emb, mask)[0][:, -1].float()
 
     # -- training -------------------------------------------------------------------------
     def token_log_probs(self, obs: dict[str, Any], idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -209,7 +213,7 @@ class TokenVLAPolicy(Policy):
         given = self.action_emb[idx[:, :-1]]
         full = torch.cat([emb, given], 1)
         full_mask = torch.cat([mask, torch.ones(idx.shape[0], given.shape[1], dtype=torch.bool, device=mask.device)], 1)
-        h = self.run(full, full_mask, cache=False)[0]
+        h = self.run(full, full_mask)[0]
         logits = self.action_logits(h[:, emb.shape[1] - 1 :]).float()  # (B, H * A, bins)
         logp_all = torch.log_softmax(logits, -1)
         logp = logp_all.gather(-1, idx[..., None])[..., 0]

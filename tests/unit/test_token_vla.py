@@ -62,6 +62,13 @@ def test_the_learner_recomputes_the_sampled_token_log_probs_and_padding_changes_
     alone = {"state": o["state"][2:], "images": {"front": o["images"]["front"][2:]}, "instruction": ["go"]}
     torch.testing.assert_close(p.log_prob(alone, idx[2:])[0], logp[2:], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(p.value(alone), p.value(o)[2:], rtol=1e-4, atol=1e-4)
+    # the layer-by-layer pass is transformers' own Llama forward (real tokens; padding skipped)
+    with torch.no_grad():
+        emb, pad = p.prefix_embeddings(o)
+        ours = p.run(emb, pad)[0]
+        pos = (torch.cumsum(pad.long(), 1) - 1).clamp_min(0)
+        ref = p.vlm(inputs_embeds=emb, attention_mask=pad.long(), position_ids=pos).last_hidden_state
+    torch.testing.assert_close(ours[pad], ref[pad], rtol=1e-4, atol=1e-4)
     # greedy decoding is deterministic and a bin centre
     d1, d2 = p.act(o, deterministic=True).actions, p.act(o, deterministic=True).actions
     torch.testing.assert_close(d1, d2)
