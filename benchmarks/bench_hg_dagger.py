@@ -12,7 +12,9 @@ learner retrains continuously in a Ray actor.
 layers, chunks of 4; the action expert trained) on the language-conditioned visual reach
 ``--sim reach_color`` from its top camera and the instruction: 5 synthetic demonstrations,
 then rounds of 6 corrected episodes (the synthetic supervisor takes over when the TCP stops
-closing in on the named target) and 10 hands-off evaluation episodes at 10 Hz.
+closing in on the named target) and 10 hands-off evaluation episodes. The session runs at
+5 Hz, not 10: on two CPU cores the learner makes about 3 updates/s, a GPU learner hundreds,
+so the slower clock gives it per episode a share of the updates a GPU would.
 
 Evaluation episodes reset from seeds no demonstration or corrected episode uses, one
 distinct initial state each.
@@ -52,9 +54,9 @@ TASKS = {
                 "chunks of 4, expert trained), HG-DAgger (flow-matching BC learner), synthetic supervisor",
         "round0": "cloned from 5 demos",
         "argv": ["--sim", "reach_color", "policy=lite_vla", "policy.vlm_layers=4", "env.max_episode_steps=30",
-                 "hg_dagger.synthetic_demos=5", "hg_dagger.episodes_per_round=6", "hg_dagger.warmup_updates=150",
-                 "hg_dagger.batch_size=32", "hg_dagger.lr=3e-4", "hg_dagger.publish_every=20", "hg_dagger.updates_per_s=5",
-                 "teleop.rate_hz=10"],
+                 "hg_dagger.synthetic_demos=5", "hg_dagger.episodes_per_round=6", "hg_dagger.warmup_updates=300",
+                 "hg_dagger.batch_size=32", "hg_dagger.lr=3e-4", "hg_dagger.publish_every=20", "hg_dagger.updates_per_s=20",
+                 "teleop.rate_hz=5"],
     },
 }  # fmt: skip
 

@@ -12,7 +12,10 @@ from the learner's ``publish`` call to the worker having the new tensors in its 
   times before the models and again after, since a shared machine's loopback drifts;
   the fraction is taken against the median of all of them; for the 1B models a loopback
   run also precedes every timed version, giving a paired fraction per version);
-* ``frozen1b``: the same model with only its last layer trained (``changed_only``).
+* ``frozen1b``: the same model with only its last layer trained (``changed_only``);
+* ``litevla``: ``policy=lite_vla`` (71M parameters, real EfficientNet-Lite0 and SmolLM2
+  weights, fp32) with its vision and language layers frozen (``finetune=expert``,
+  ``changed_only``: the ~10M trained parameters travel per version).
 
 Both transports are measured: ``tcp`` (the learner serves its tensors, the worker pulls
 straight into its own buffers) and ``ray`` (chunks through the object stores). Each row
@@ -20,6 +23,8 @@ also splits the time: publish call -> the store has the version ("published"), t
 worker's ask answered, every byte local ("fetched"), in the module ("applied").
 
     python benchmarks/bench_weight_sync.py --repeats 5
+    python benchmarks/bench_weight_sync.py --models litevla --transports tcp --repeats 7 \
+        --out benchmarks/results/weight_sync_lite_vla.json
 """
 
 from __future__ import annotations
@@ -81,6 +86,13 @@ def build(kind: str):
 
         cfg = compose_config(["policy=cnn", "env.cameras=[c]"], sim="gym_hil")
         return build_policy(cfg.policy, 21, {"c": (112, 112)}, 7)
+    if kind == "litevla":
+        from rlinf_user.config.compose import compose_config
+        from rlinf_user.env.spec import EnvSpec
+        from rlinf_user.policies.base import build_policy as build_vla
+
+        spec = EnvSpec(state_dim=3, cameras={"top": (64, 64)}, instruction=True, active_dims=(0, 1, 2))
+        return build_vla(compose_config(["policy=lite_vla"], sim="reach_color").policy, spec)
     layers = [torch.nn.Linear(8192, 8192, bias=False, dtype=torch.bfloat16) for _ in range(15)]  # 15 x 67M = 1.007B
     model = torch.nn.Sequential(*layers)
     if kind == "frozen1b":
@@ -140,7 +152,7 @@ def measure(kind: str, transport: str, repeats: int, node_resources: dict, warmu
 
     from rlinf_user.runtime.weights import WeightStore
 
-    changed_only = kind == "frozen1b"
+    changed_only = kind in ("frozen1b", "litevla")
     store = ray.remote(WeightStore).options(resources={"learner_node": 0.01}).remote()
     learner = (
         ray.remote(LearnerSide)
@@ -216,13 +228,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--models", nargs="+", default=["cnn5m", "llm1b", "frozen1b"])
     ap.add_argument("--transports", nargs="+", default=["tcp", "ray"])
+    ap.add_argument("--out", default=str(RESULTS / "weight_sync.json"))
     args = ap.parse_args()
     import ray
     from ray.cluster_utils import Cluster
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     bw = [loopback_bandwidth() for _ in range(args.repeats)]
-    wire = stream_only(args.repeats) if "tcp" in args.transports else None
+    wire = stream_only(args.repeats) if "tcp" in args.transports and any("1b" in m for m in args.models) else None
     store_mem = 5 * 2**30  # two 2 GB versions in flight per node
     cluster = Cluster(
         initialize_head=True,
@@ -251,7 +264,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "weight_sync.json").write_text(json.dumps(out, indent=2))
+    Path(args.out).write_text(json.dumps(out, indent=2))
     print(f"loopback: {loop / 2**30:.2f} GiB/s (median; {min(bw) / 2**30:.2f}-{max(bw) / 2**30:.2f} over {len(bw)} runs)")
     if wire:
         print(f"tcp wire alone (1B staged): {wire['median_s'] * 1e3:.0f} ms, {wire['bytes_per_s_median'] / loop:.0%} of loopback")
