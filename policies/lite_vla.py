@@ -29,7 +29,14 @@ from rlinf_user.env.spec import EnvSpec
 from rlinf_user.policies.flow_core import JointFlowModel
 from rlinf_user.policies.flow_vla import FlowVLAPolicy, cfg_getter
 from rlinf_user.policies.pi0 import identity_stats, resize_with_pad
-from rlinf_user.policies.pretrained import VISION_FEATURES, efficientnet_lite0, language_model_folder, load_llama_layers
+from rlinf_user.policies.pretrained import (
+    VISION_FEATURES,
+    camera_cells,
+    camera_tokens,
+    efficientnet_lite0,
+    language_model_folder,
+    load_llama_layers,
+)
 from rlinf_user.policies.vla_text import PromptTokenizer, open_tokenizer
 
 
@@ -50,8 +57,7 @@ class LiteVLAConfig:
 
     @property
     def cells(self) -> int:
-        side = -(-self.image_size // 32)  # EfficientNet's stride
-        return side * side
+        return camera_cells(self.image_size)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,10 +97,7 @@ class LiteVLAModel(JointFlowModel):
 
     def embed_image(self, image: torch.Tensor, slot: int) -> torch.Tensor:
         """(B, 3, S, S) in [-1, 1] -> (B, cells, width)."""
-        with torch.set_grad_enabled(torch.is_grad_enabled() and any(p.requires_grad for p in self.vision.parameters())):
-            fmap = self.vision.extract_features(image)  # (B, 1280, s, s)
-        tokens = self.image_proj(fmap.flatten(2).transpose(1, 2))
-        return tokens + self.image_pos[slot, : tokens.shape[1]]
+        return camera_tokens(self.vision, self.image_proj, self.image_pos, image, slot)
 
     def embed_prefix(self, images, image_masks, tokens, token_mask):
         embs, pads = [], []

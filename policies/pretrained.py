@@ -60,6 +60,21 @@ def efficientnet_weights(path: str | os.PathLike | None = None) -> Path:
     return hits[0]
 
 
+def camera_cells(image_size: int) -> int:
+    """Tokens EfficientNet-Lite0 makes of a square frame (one per cell at stride 32)."""
+    side = -(-int(image_size) // 32)
+    return side * side
+
+
+def camera_tokens(vision, proj, pos, image: torch.Tensor, slot: int) -> torch.Tensor:
+    """A camera frame (B, 3, S, S) in [-1, 1] as tokens: each EfficientNet-Lite0 cell
+    projected by ``proj`` plus ``pos[slot]`` (its camera's learned place embedding)."""
+    with torch.set_grad_enabled(torch.is_grad_enabled() and any(p.requires_grad for p in vision.parameters())):
+        fmap = vision.extract_features(image)  # (B, 1280, s, s)
+    tokens = proj(fmap.flatten(2).transpose(1, 2))
+    return tokens + pos[slot, : tokens.shape[1]]
+
+
 def efficientnet_lite0(path: str | os.PathLike | None = None) -> torch.nn.Module:
     """EfficientNet-Lite0 with its ImageNet weights, in eval mode."""
     try:

@@ -39,7 +39,14 @@ from rlinf_user.policies.base import Policy, PolicyOutput
 from rlinf_user.policies.flow_core import additive, attention_2d, layer_step, value_mlp
 from rlinf_user.policies.flow_vla import apply_finetune, cfg_getter
 from rlinf_user.policies.pi0 import resize_with_pad
-from rlinf_user.policies.pretrained import VISION_FEATURES, efficientnet_lite0, language_model_folder, load_llama_layers
+from rlinf_user.policies.pretrained import (
+    VISION_FEATURES,
+    camera_cells,
+    camera_tokens,
+    efficientnet_lite0,
+    language_model_folder,
+    load_llama_layers,
+)
 from rlinf_user.policies.vla_text import PromptTokenizer, open_tokenizer
 
 FINETUNE = ("heads", "lora", "full")
@@ -57,8 +64,7 @@ class TokenVLAConfig:
 
     @property
     def cells(self) -> int:
-        side = -(-self.image_size // 32)
-        return side * side
+        return camera_cells(self.image_size)
 
 
 def action_bins(actions: torch.Tensor, bins: int) -> torch.Tensor:
@@ -137,12 +143,7 @@ class TokenVLAPolicy(Policy):
         embs, pads = [], []
         for slot, cam in enumerate(self.cameras):
             image = resize_with_pad(obs["images"][cam].to(dev), self.cfg.image_size)
-            with torch.no_grad():
-                fmap = self.vision.extract_features(image)
-            e = (
-                self.image_proj(fmap.flatten(2).transpose(1, 2))
-                + self.image_pos[slot, : fmap.shape[-1] * fmap.shape[-2]]
-            )
+            e = camera_tokens(self.vision, self.image_proj, self.image_pos, image, slot)
             embs.append(e)
             pads.append(torch.ones(e.shape[:2], dtype=torch.bool, device=dev))
         prompts = obs.get("instruction") or [self.default_prompt] * b

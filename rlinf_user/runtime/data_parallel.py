@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from rlinf_user.algorithms.base import Algorithm, build_algorithm
-from rlinf_user.env.spec import Col, EnvSpec
+from rlinf_user.env.spec import EnvSpec
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,11 @@ def join_group(algo: Algorithm, address: str, rank: int, world: int) -> None:
     dist.init_process_group(backend, init_method=address, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))  # fmt: skip
     algo.grad_world = world
+
+
+def weights_digest(module: torch.nn.Module) -> float:
+    """A checksum of a module's floating-point weights (the replicas must agree on it)."""
+    return float(sum(v.double().sum() for v in module.state_dict().values() if v.is_floating_point()))
 
 
 def shard(columns: dict[str, Any], world: int, rank: int) -> dict[str, Any]:
@@ -116,21 +121,16 @@ class LearnerReplica:
         self.algo.load_checkpoint_state(state)
 
     def update(self, batches: list[dict[str, Any]], replay: bool) -> dict[str, float]:
-        from rlinf_user.env.spec import columns_to_torch
+        from rlinf_user.runtime.learner import replay_batch
 
         metrics: dict[str, float] = {}
         for b in batches:
-            if replay:
-                if Col.ACTION in b:
-                    b = {**b, Col.ACTION: self.spec.policy_action(b[Col.ACTION])}
-                b = columns_to_torch(b, self.algo.device)
-            metrics = self.algo.update(b)
+            metrics = self.algo.update(replay_batch(b, self.spec, self.algo.device) if replay else b)
             self.algo.sync_buffers()
         return metrics
 
     def weights_digest(self) -> float:
-        """A checksum of the policy's weights (tests: replicas stay identical)."""
-        return float(sum(v.double().sum() for v in self.algo.policy.state_dict().values() if v.is_floating_point()))
+        return weights_digest(self.algo.policy)
 
 
 class DataParallel:

@@ -314,8 +314,9 @@ class Learner:
 
     def replica_digests(self) -> list[float]:
         """Checksums of the lead's then each data-parallel replica's policy weights."""
-        own = float(sum(v.double().sum() for v in self.algo.policy.state_dict().values() if v.is_floating_point()))
-        return [own, *(self.dp.digests() if self.dp is not None else [])]
+        from rlinf_user.runtime.data_parallel import weights_digest
+
+        return [weights_digest(self.algo.policy), *(self.dp.digests() if self.dp is not None else [])]
 
     def close(self) -> None:
         if self.local_replay is not None:
