@@ -2,7 +2,7 @@
 
 Weights are polled without blocking between steps (a synchronous on-policy round waits
 for its version first); chunks of transitions (:class:`rlinf_user.env.spec.Col`) go to
-the sink with at most ``max_inflight`` sends outstanding, each row stamped with the
+the sink through a :class:`ChunkSender` (numbered, windowed, resent after a sink dies), each row stamped with the
 acting policy version, env id, step number and intervention flag, plus the policy's
 log-prob/value/sample for on-policy algorithms. Action chunks run step by step; for
 on-policy algorithms the steps one chunk ran are one row (:class:`DecisionRows`).
@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -23,12 +22,12 @@ import torch
 
 from rlinf_user.env.registry import make_vector_env
 from rlinf_user.env.spec import Col, EnvSpec, flat_obs, index_obs, instruction_array, obs_to_torch
+from rlinf_user.runtime.chunk_sender import ChunkSender
 from rlinf_user.runtime.chunks import ChunkQueue, DecisionRows
 from rlinf_user.runtime.seeds import EVAL_WORKER_ID, group_id, group_seed
 
 log = logging.getLogger(__name__)
 
-MAX_BACKLOG_CHUNKS = 500  # unsent chunks kept while no sink takes them (then the oldest go)
 ON_POLICY_EXTRAS = (Col.LOG_PROB, Col.VALUE, Col.SAMPLE)
 
 
@@ -72,7 +71,6 @@ class EnvWorker:
         self.cfg = cfg
         self.worker_id = worker_id
         self.seed = int(seed)
-        self.sink = sink
         self.weight_store = weight_store
         self.member_name = member.name if member is not None else "env"
         self.member_index = member.index if member is not None else 0
@@ -117,15 +115,13 @@ class EnvWorker:
         self.env_step = np.zeros(num, dtype=np.int64)  # per-env step sequence number
         self.obs = self.envs.reset(seeds=self._group_seeds()) if self.group_size else self.envs.reset(seed=seed)
         self.chunks = ChunkQueue(num)
+        self.planners: list = [None] * num  # robot envs that run whole chunks (see attach)
+        self.lookahead = 0  # steps left in a chunk when the next one is asked for
         self.decisions = DecisionRows(num) if self.on_policy else None  # on-policy: a row per chunk
         self.pending: list[dict[str, np.ndarray]] = []  # one entry of columns per step
         self.pending_rows = 0
         self.rows_sent = 0  # rows produced (on-policy: one per decision, a chunk's steps in one)
-        self.inflight: deque = deque()  # (ref, chunk) sent, not yet acknowledged
-        self.backlog: deque = deque()  # chunks waiting for a (live) sink
-        self.sink_alive = True
-        self.dropped_chunks = 0
-        self.max_inflight = 4
+        self.out = ChunkSender(f"worker{worker_id}", sink)  # numbered chunks to the sink
         self.env_steps = 0
         self.episode_return = np.zeros(num)
         self.episode_len = np.zeros(num, dtype=np.int64)
@@ -154,10 +150,12 @@ class EnvWorker:
         fleet_spec = fleet_spec if isinstance(fleet_spec, EnvSpec) else EnvSpec.from_dict(fleet_spec)
         self.adapter = Adapter(self.own_spec, fleet_spec, self.member_index)
         self.spec = fleet_spec
+        self.planners = self._stream_planners()
+        self.lookahead = max([p.plan_lookahead for p in self.planners if p is not None], default=0)
         if not self.served:
             self._local_policy()
         if sink is not None:
-            self.sink = sink
+            self.out.set_sink(sink)
         return self.identity()
 
     def _local_policy(self):
@@ -210,21 +208,42 @@ class EnvWorker:
             extras = {k: v.float().numpy() for k, v in out.extras.items()}
             version = self.weights.version if self.weights is not None else -1
         self.chunks.put(rows, actions, extras, int(version))
+        for j, i in enumerate(rows):  # robots behind the edge run the whole chunk themselves
+            if self.planners[i] is not None and self.chunks.length[i] > 1:
+                chunk = np.asarray(actions[j], np.float32).reshape(-1, np.shape(actions)[-1])
+                self.planners[i].plan(self.adapter.env_action(self.spec.expand_action(chunk)))
 
     def _act(self, obs: dict[str, Any], random: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """This step's contract actions for every env and the on-policy extras; sets
         ``self.version`` (the version that made them)."""
         if random:
+            self._unplan(range(self.envs.num_envs))
             a = self.rng.uniform(-1, 1, size=(self.envs.num_envs, self.spec.action_dim)).astype(np.float32)
             if self.weights is not None:
                 self.version = self.weights.version
             return self.spec.expand_action(a), {}
-        need = self.chunks.empty_rows()
+        need = self.chunks.due_rows(self.lookahead)
         if len(need):
             self._query(obs, need)
         a, extras, version = self.chunks.pop()
         self.version = version
         return self.spec.expand_action(a), extras
+
+    def _unplan(self, rows) -> None:
+        """These envs' robots take single actions again (random steps, a person's)."""
+        for i in rows:
+            if self.planners[i] is not None and self.planners[i].streaming:
+                self.planners[i].unplan()
+                self.chunks.drop([i])
+
+    def _stream_planners(self) -> list:
+        """Per env: the robot env that runs whole chunks at the edge, or None. Only for
+        off-policy learning: an on-policy learner scores the chunk it sampled, while the
+        edge blends seams and skips late actions (steps there are single actions)."""
+        envs = [getattr(e, "unwrapped", e) for e in getattr(self.envs, "envs", [])]
+        ok = not self.on_policy and self.adapter.identity and len(envs) == self.envs.num_envs
+        planners = [e if ok and getattr(e, "plan_lookahead", 0) > 0 else None for e in envs]
+        return planners or [None] * self.envs.num_envs
 
     def _served_act(self, obs: dict[str, Any]) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
         import ray
@@ -272,10 +291,14 @@ class EnvWorker:
                 d = self.supervisor.decide(index_obs(self.obs, 0), self.adapter.env_action(actions[0]))
                 if d is not None:
                     actions[0], flags[0] = d.action, d.intervention
+                    if d.intervention:
+                        self._unplan([0])  # the person's action replaces the robot's schedule
             groups = None
             reset_seeds = None
             if self.group_size:
-                groups = np.array([group_id(self.worker_id, i // self.group_size, int(self.episode_index[i])) for i in range(num)])
+                groups = np.array(
+                    [group_id(self.worker_id, i // self.group_size, int(self.episode_index[i])) for i in range(num)]
+                )
                 self.episode_index += 1  # the seeds an env resets with if its episode ends now
                 reset_seeds = self._group_seeds()
                 self.episode_index -= 1
@@ -289,6 +312,9 @@ class EnvWorker:
                 self.episode_classified |= classified
                 if self.reward_ends_episode:
                     terms = self._end_classified(classified, next_obs, terms, truncs, infos)
+            for i, info in enumerate(infos):  # a streamed chunk: what the robot really ran
+                if "applied_action" in info:
+                    actions[i] = info["applied_action"]
             done = np.asarray(terms, bool) | np.asarray(truncs, bool)
             fleet_next = self.adapter.obs(next_obs)
             stored_next = self._with_final_obs(fleet_next, done, infos)
@@ -330,7 +356,7 @@ class EnvWorker:
             self.chunks.clear()
         self._flush()
         if min_version is not None:
-            self._drain()
+            self.out.drain()
         return {
             "worker": self.worker_id,
             "member": self.member_name,
@@ -364,7 +390,10 @@ class EnvWorker:
         batch holds the next episode's first)."""
         if not done.any():
             return fleet_next
-        out = {Col.STATE: fleet_next[Col.STATE].copy(), Col.IMAGES: {k: v.copy() for k, v in fleet_next[Col.IMAGES].items()}}
+        out = {
+            Col.STATE: fleet_next[Col.STATE].copy(),
+            Col.IMAGES: {k: v.copy() for k, v in fleet_next[Col.IMAGES].items()},
+        }
         texts = list(fleet_next[Col.INSTRUCTION]) if Col.INSTRUCTION in fleet_next else None
         for i in np.flatnonzero(done):
             final = infos[i]["final_obs"]
@@ -424,7 +453,8 @@ class EnvWorker:
         """Each env's observation after the step (the final one where an episode ended), in
         this env's own layout: what a reward classifier trained on its recordings sees."""
         rows = [
-            infos[i]["final_obs"] if (terms[i] or truncs[i]) else index_obs(next_obs, i) for i in range(self.envs.num_envs)
+            infos[i]["final_obs"] if (terms[i] or truncs[i]) else index_obs(next_obs, i)
+            for i in range(self.envs.num_envs)
         ]
         return {
             "state": np.stack([r["state"] for r in rows]).astype(np.float32),
@@ -438,60 +468,15 @@ class EnvWorker:
         learner had already logged may arrive twice)."""
         if self.pending:
             keys = self.pending[0].keys()
-            self.backlog.append({k: np.concatenate([np.asarray(p[k]) for p in self.pending]) for k in keys})
+            self.out.put({k: np.concatenate([np.asarray(p[k]) for p in self.pending]) for k in keys})
             self.pending, self.pending_rows = [], 0
-        self._send()
-
-    def _drain(self, timeout: float = 120.0) -> None:
-        """Wait until every chunk sent so far has reached the sink (synchronous on-policy
-        rounds: the learner must hold the whole rollout before it updates)."""
-        import ray
-
-        deadline = time.monotonic() + timeout
-        while (self.inflight or self.backlog) and self.sink_alive and time.monotonic() < deadline:
-            if self.inflight:
-                ray.wait([self.inflight[0][0]], timeout=1.0)
-            self._send()
-
-    def _send(self) -> None:
-        import ray
-
-        while self.inflight:  # reap finished sends in order
-            ref, chunk = self.inflight[0]
-            ready, _ = ray.wait([ref], timeout=0)
-            if not ready:
-                break
-            self.inflight.popleft()
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayActorError:
-                self.backlog.appendleft(chunk)
-                self.sink_alive = False
-        if not self.sink_alive or self.sink is None:
-            while len(self.backlog) > MAX_BACKLOG_CHUNKS:  # bounded memory while nobody takes data
-                self.backlog.popleft()
-                self.dropped_chunks += 1
-                log.error("no sink for %d chunks: dropped the oldest (%d so far)", MAX_BACKLOG_CHUNKS, self.dropped_chunks)
-            return
-        while self.backlog:
-            if len(self.inflight) >= self.max_inflight:  # back-pressure only if the sink is far behind
-                ref, chunk = self.inflight.popleft()
-                try:
-                    ray.get(ref)
-                except ray.exceptions.RayActorError:
-                    self.backlog.appendleft(chunk)
-                    self.sink_alive = False
-                    return
-                continue
-            chunk = self.backlog.popleft()
-            self.inflight.append((self.sink.add.remote(chunk), chunk))
+        else:
+            self.out.send()
 
     def set_sink(self, sink) -> None:
         """Where transition chunks go: set after construction for workers that exist before
         the learner, and again when a learner was restarted (unsent chunks follow)."""
-        self.sink = sink
-        self.sink_alive = True
-        self._send()
+        self.out.set_sink(sink)
 
     def evaluate(
         self, num_episodes: int, record_video: bool = False, weights_above: float | None = None
@@ -506,7 +491,9 @@ class EnvWorker:
             self.weights.sync()
         if not hasattr(self.envs, "envs"):
             raise RuntimeError("evaluation needs a worker built with num_envs=1")
-        result = evaluate_policy(self.envs.envs[0], policy, num_episodes, 3 if record_video else 0, adapter=self.adapter)
+        result = evaluate_policy(
+            self.envs.envs[0], policy, num_episodes, 3 if record_video else 0, adapter=self.adapter
+        )
         self.obs = self.envs.reset()
         self.chunks.clear()
         # the training episode in progress was cut short: its statistics start over
@@ -526,10 +513,7 @@ class EnvWorker:
         return out
 
     def close(self) -> None:
-        import ray
-
-        if self.inflight:  # let the last sends land before the process goes
-            ray.wait([ref for ref, _ in self.inflight], num_returns=len(self.inflight), timeout=10)
+        self.out.close()
         if self.supervisor is not None:
             self.supervisor.close()
         if self.weights is not None:

@@ -23,6 +23,7 @@ import torch
 
 from rlinf_user.algorithms.base import ALGORITHMS, ON_POLICY, build_algorithm
 from rlinf_user.env.spec import Col, EnvSpec, columns_to_torch
+from rlinf_user.runtime.ordered_sink import SenderOrder
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class Learner:
         self.version = -1
         self.env_steps_seen = 0
         self.lock = threading.RLock()  # publish() runs inside train() and on its own
+        self.order = SenderOrder()  # workers' chunks stored in each worker's order
         self.local_replay = None
         self.remote_replay = None
         self.segments = None
@@ -152,7 +154,12 @@ class Learner:
         return {"node": ray.get_runtime_context().get_node_id(), "device": str(self.device)}
 
     # -- replay (collocated mode receives chunks here) --------------------------------
-    def add(self, chunk: dict[str, np.ndarray]) -> int:
+    def add(self, chunk: dict[str, np.ndarray], sender: str | None = None, seq: int = 0, base: int = 0) -> int:
+        """Store a worker's chunk; numbered chunks are stored in their sender's order
+        (:mod:`rlinf_user.runtime.ordered_sink`)."""
+        return self.order.add(chunk, sender, seq, base, self._store)
+
+    def _store(self, chunk: dict[str, np.ndarray]) -> int:
         if self.segments is not None:
             try:
                 return self.segments.add(chunk)
@@ -164,9 +171,9 @@ class Learner:
     def replay_stats(self) -> dict[str, Any]:
         if self.segments is not None:
             return {"on_policy_rows_waiting": self.segments.rows(), "dropped_stale": self.segments.dropped_stale,
-                    **self.on_policy_stats}  # fmt: skip
+                    **self.on_policy_stats, **self.order.stats()}  # fmt: skip
         if self.local_replay is not None:
-            return self.local_replay.stats()
+            return {**self.local_replay.stats(), **self.order.stats()}
         import ray
 
         return ray.get(self.remote_replay.stats.remote())

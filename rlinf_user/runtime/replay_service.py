@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from rlinf_user.data.replay import ReplayBuffer, TransitionError
+from rlinf_user.runtime.ordered_sink import SenderOrder
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +56,18 @@ class ReplayService:
                 relabel_rewards(self.demos, reward)
         self.rng = np.random.default_rng(seed)
         self.lock = threading.Lock()
+        self.order = SenderOrder()
         self.rejected = 0
         self.interventions_as_demos = interventions_as_demos
         self._iv_index: np.ndarray | None = None  # positions of flagged transitions (cached)
         self.intervention_samples = 0  # intervention transitions drawn on the demo side
 
-    def add(self, chunk: dict[str, np.ndarray]) -> int:
+    def add(self, chunk: dict[str, np.ndarray], sender: str | None = None, seq: int = 0, base: int = 0) -> int:
+        """Store a worker's chunk; numbered chunks are stored in their sender's order
+        (:mod:`rlinf_user.runtime.ordered_sink`)."""
+        return self.order.add(chunk, sender, seq, base, self._store)
+
+    def _store(self, chunk: dict[str, np.ndarray]) -> int:
         with self.lock:
             try:
                 flags = self.buffer.storage.get("intervention")
@@ -124,8 +131,12 @@ class ReplayService:
             keys = [k for k in online if k in demo]
             online = {
                 k: np.concatenate(
-                    [online[k].reshape(num_batches, -1, *online[k].shape[1:]),
-                     demo[k].reshape(num_batches, -1, *demo[k].shape[1:])], axis=1)
+                    [
+                        online[k].reshape(num_batches, -1, *online[k].shape[1:]),
+                        demo[k].reshape(num_batches, -1, *demo[k].shape[1:]),
+                    ],
+                    axis=1,
+                )
                 for k in keys
             }
             return online
@@ -162,6 +173,7 @@ class ReplayService:
             if "intervention" in self.buffer.storage
             else 0,
             "intervention_samples": self.intervention_samples,
+            **self.order.stats(),
             **(
                 {"log_bytes": self.buffer.log.size_bytes(), "log_deleted_segments": self.buffer.log.deleted_segments}
                 if self.buffer.log is not None
@@ -200,13 +212,18 @@ def relabel_rewards(buf: ReplayBuffer, reward: dict) -> None:
     positives = 0
     for start in range(0, buf.size, 1024):
         end = min(buf.size, start + 1024)
-        obs = {"state": st["next_obs/state"][start:end], "images": {k: st[f"next_obs/images/{k}"][start:end] for k in model.cameras}}
+        obs = {
+            "state": st["next_obs/state"][start:end],
+            "images": {k: st[f"next_obs/images/{k}"][start:end] for k in model.cameras},
+        }
         success = model.probability(obs) >= threshold
         st["reward"][start:end] = reward["success_reward"] * success
         if reward.get("ends_episode", False):
             st["terminated"][start:end] = np.maximum(st["terminated"][start:end], success)
         positives += int(success.sum())
-    log.info("demos: rewards relabelled by the success classifier (%d of %d transitions successes)", positives, buf.size)
+    log.info(
+        "demos: rewards relabelled by the success classifier (%d of %d transitions successes)", positives, buf.size
+    )
 
 
 def load_demo_buffer(path: str, cameras: list[str] | None = None, instruction: bool = False) -> ReplayBuffer:

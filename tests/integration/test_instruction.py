@@ -48,7 +48,7 @@ def test_instructions_travel_through_the_worker_replay_and_into_a_policy_batch()
     worker = EnvWorker(gym_hil_cfg("buffer.chunk_steps=1000"), worker_id=0, seed=0, num_envs=2)
     try:
         worker.rollout(12, random=True)
-        chunk = worker.backlog[0]  # no sink: the chunk waits here
+        _, chunk = worker.out.backlog[0]  # no sink: the chunk waits here
     finally:
         worker.close()
     assert chunk["obs/instruction"].shape == (24,) and set(chunk["obs/instruction"]) <= set(TEXTS)
@@ -75,7 +75,9 @@ def test_a_recorded_episode_is_stored_under_its_instruction(tmp_path):
     dev = SpaceMouse(QueueSource())
     w = LeRobotWriter(tmp_path / "ds", 10, fmt.contract_features(env.observation_space["state"].shape[0], {}, 10))
     try:
-        Recorder(env, dev, w, "default task", rate_hz=0, before_step=SyntheticHuman(SpaceMouseHand(dev), PickCubeExpert())).run(4, seed=0)
+        Recorder(
+            env, dev, w, "default task", rate_hz=0, before_step=SyntheticHuman(SpaceMouseHand(dev), PickCubeExpert())
+        ).run(4, seed=0)
     finally:
         env.close()
     reader = LeRobotReader(tmp_path / "ds")

@@ -97,7 +97,7 @@ def test_grpo_groups_start_from_one_seed_and_train_on_complete_groups(tmp_path, 
             assert k[0] - k[1] in (-1, 0, 1) and k[2] - k[3] in (-1, 0, 1)  # never a whole episode apart
             held_seen += int(worker.held.sum())
             assert all(worker.held[i] == (k[i] > k[i ^ 1]) for i in range(4))  # ahead means held
-        rows = sum(len(c[Col.REWARD]) for c in [*worker.pending, *worker.backlog])
+        rows = sum(len(c[Col.REWARD]) for c in [*worker.pending, *(c for _, c in worker.out.backlog)])
         assert held_seen > 0 and rows == worker.env_steps == 4 * 60 - held_seen  # a held env makes no step
     finally:
         worker.close()
@@ -113,7 +113,9 @@ def test_grpo_groups_start_from_one_seed_and_train_on_complete_groups(tmp_path, 
     # GRPO's per-step baseline (gamma 0.9) scores ~10 steps of hovering: reach's bonus of 10 beats it
     [("ppo", 0.9, 60_000, []), ("grpo", 0.9, 100_000, [])],
 )
-def test_on_policy_learning_reaches_a_success_threshold_on_distinct_goals(tmp_path, ray_runtime, algo, threshold, budget, extra):
+def test_on_policy_learning_reaches_a_success_threshold_on_distinct_goals(
+    tmp_path, ray_runtime, algo, threshold, budget, extra
+):
     """Learning, not loss: PPO and GRPO (2 workers x 8 envs, seed 0) must reach the stated
     evaluation success over 50 goals drawn from seeds training never uses."""
     cfg = compose_config(
