@@ -21,6 +21,14 @@ class EdgeConfig:
     heartbeat_s: float = 0.5
     hello_timeout_s: float = 10.0
     reconnect_s: float = 60.0  # keep retrying a lost daemon this long before failing
+    # Action chunks (policies with a horizon > 1, off-policy learning): the whole chunk goes
+    # to the daemon, which runs it at the control rate and streams every tick's observation
+    # back; the next chunk is computed while the last `lookahead_s` of this one runs, so
+    # the robot never waits for the model. blend: ticks over which a new chunk is blended
+    # into the old one. false: one `act` per step (the robot pauses while the model runs).
+    stream_chunks: bool = True
+    lookahead_s: float = 0.3
+    blend: int = 2
     # Rehearse a long link: reach the daemon through an emulated one (each direction:
     # {delay_ms, jitter_ms, mbit, queue_bytes}), e.g. {delay_ms: 50, mbit: 20}. None: direct.
     link: Any = None

@@ -9,6 +9,7 @@ security handshakes are reported from the socket monitor with the reason.
 
 from __future__ import annotations
 
+import collections
 import logging
 import secrets
 import threading
@@ -23,6 +24,8 @@ from rlinf_user.edge.protocol import PROTOCOL_VERSION, Message, ProtocolError, d
 from rlinf_user.edge.security import HANDSHAKE_FAILURES, AuthError, client_options
 
 log = logging.getLogger(__name__)
+
+STREAM_KEEP = 4096  # streamed observations kept unread (minutes of control); the oldest go
 
 
 class EdgeTimeout(TimeoutError):
@@ -54,6 +57,9 @@ class EdgeClient:
         self.auth_failure: str | None = None
         self.spec: dict[str, Any] | None = None
         self._stop = threading.Event()
+        # observed chunks: their per-tick obs (and errors) wait here, in arrival order
+        self.stream_rids: set[int] = set()
+        self.streamed: collections.deque[Message] = collections.deque(maxlen=STREAM_KEEP)
         self._open()
         self._beat = threading.Thread(target=self._heartbeat_loop, daemon=True, name="edge-heartbeat")
         self._beat.start()
@@ -143,6 +149,9 @@ class EdgeClient:
                 except ProtocolError as err:
                     raise EdgeRefused(err.code, f"undecodable reply from the edge: {err}") from err
                 self.last_heard = time.monotonic()
+                if msg.rid in self.stream_rids and (msg.rid != rid or msg.body.get("stream")):
+                    self.streamed.append(msg)
+                    continue
                 if msg.kind == "error" and msg.rid in (rid, 0):
                     raise EdgeRefused(msg.body.get("code", "?"), msg.body.get("message", ""))
                 if msg.rid == rid:
@@ -171,12 +180,45 @@ class EdgeClient:
                             timeout_s=timeout_s)  # fmt: skip
 
     def chunk(self, actions: np.ndarray, start_tick: int | None = None, blend: int = 0,
-              timeout_s: float | None = None) -> Message:  # fmt: skip
+              timeout_s: float | None = None, observe: bool = False) -> Message:  # fmt: skip
         """Schedule ``actions`` (H, 7) from the tick after ``start_tick`` (the tick of the
         observation they were computed from; None: the next tick). The ack says how many
-        were queued and how many were already late."""
+        were queued and how many were already late. With ``observe`` every tick's
+        observation comes back while the schedule lasts: read them with :meth:`next_streamed`."""
         body = {"blend": int(blend)} if start_tick is None else {"start_tick": int(start_tick), "blend": int(blend)}
-        return self.request("chunk", body, arrays={"actions": np.asarray(actions, np.float32)}, timeout_s=timeout_s)
+        if not observe:
+            return self.request("chunk", body, arrays={"actions": np.asarray(actions, np.float32)}, timeout_s=timeout_s)
+        body["observe"] = True
+        with self._lock:
+            rid = self.send("chunk", body, arrays={"actions": np.asarray(actions, np.float32)})
+            # the old schedule's observations up to the switch are still on their way
+            self.stream_rids = {max(self.stream_rids, default=rid), rid}
+            return self.wait(rid, timeout_s)
+
+    def next_streamed(self, timeout_s: float | None = None) -> Message:
+        """The next observation of an observed chunk (``chunk(..., observe=True)``), in
+        tick order; raises EdgeRefused on the schedule's error (an unsafe action) and
+        EdgeTimeout when none came in time."""
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        with self._lock:
+            while not self.streamed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise EdgeTimeout(f"no streamed observation from the edge within {timeout_s or self.timeout_s:.1f} s")
+                try:  # waiting on a request nobody answers: every message read is routed
+                    self.wait(-1, min(remaining, 0.05))
+                except EdgeTimeout:
+                    pass
+            msg = self.streamed.popleft()
+        if msg.kind == "error":
+            raise EdgeRefused(msg.body.get("code", "?"), msg.body.get("message", ""))
+        return msg
+
+    def end_stream(self) -> None:
+        """Forget observed chunks (a reset or a single action replaced the schedule)."""
+        with self._lock:
+            self.stream_rids = set()
+            self.streamed.clear()
 
     def reset(self, seed: int | None = None, timeout_s: float = 60.0, home: bool = True) -> Message:
         return self.request("reset", {"seed": seed, "options": {"home": home}}, timeout_s=timeout_s)
@@ -201,7 +243,9 @@ class EdgeClient:
                     except ProtocolError:
                         continue
                     self.last_heard = time.monotonic()
-                    if msg.kind == "error":
+                    if msg.rid in self.stream_rids:  # read while the caller computes: kept
+                        self.streamed.append(msg)
+                    elif msg.kind == "error":
                         log.warning("edge: %s", msg.body.get("message"))
             except zmq.ZMQError:
                 pass

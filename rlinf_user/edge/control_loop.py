@@ -12,7 +12,11 @@ the time from observation to motion is the policy's latency, not a whole period.
 
 A ``chunk`` schedules several actions by tick (:mod:`rlinf_user.edge.plan`): each tick runs
 the one due, through the same safety checks as an ``act``, and streams its observation
-with the action it applied; an ``act`` replaces the schedule.
+with the action it applied; an ``act`` replaces the schedule. A chunk sent with
+``observe: true`` gets every tick's observation as an ``obs`` reply carrying its id
+(``stream: true``, ``plan``: the action that tick ran or nil, ``dry``: the schedule ran
+out and this is the last one), camera frames attached, so a learner records every
+transition the robot made while it computed the next chunk.
 
 Watchdog: when no action has been applied for ``watchdog_periods`` ticks during an
 episode, the backend holds (the arm stops where it is; nothing opens) until the next
@@ -101,6 +105,7 @@ class ControlLoop:
         self.last_action_time = time.monotonic()
         self.last_hold: dict[str, Any] | None = None
         self.plan = ActionPlan()
+        self.observe_rid: int | None = None  # a chunk sent with observe: each tick's obs goes to it
         self.plan_ran = False  # a scheduled action ran during the period now ending
         self.chunks: dict[str, Any] = {"received": 0, "late_actions": 0, "dropped_actions": 0, "refused_steps": 0,
                                        "seam_jump_max": None, "seam_jump_p50": None}
@@ -165,7 +170,7 @@ class ControlLoop:
         if kind == "chunk":
             self._chunk(msg)
         elif kind == "act":
-            self.chunks["dropped_actions"] += self.plan.clear()  # a single action replaces a schedule
+            self._drop_plan()  # a single action replaces a schedule
             if self.pending_rid is not None:
                 if self.queued is not None:  # the earlier queued one is superseded
                     self._send(error(self.queued.rid, "superseded", "a newer action replaced it"))
@@ -176,13 +181,13 @@ class ControlLoop:
         elif kind == "reset":
             self._reset(msg)
         elif kind == "hold":
-            self.chunks["dropped_actions"] += self.plan.clear()
+            self._drop_plan()
             if self._safely(self.backend.hold, msg.rid):
                 self.holding = True
                 self._send(Message("ack", msg.rid, {"held": True}))
         elif kind == "stop":
             self._answer_queued("the robot was stopped")
-            self.chunks["dropped_actions"] += self.plan.clear()
+            self._drop_plan()
             if self._safely(self.backend.stop, msg.rid):
                 self.stopped, self.in_episode = True, False
                 log.warning("explicit stop: actions refused until the next reset")
@@ -249,8 +254,13 @@ class ControlLoop:
         self.chunks["received"] += 1
         first = (start if start is not None else self.tick) + 1
         info = self.plan.replace(msg.arrays["actions"], first, self.tick + 1, int(msg.body.get("blend", 0)), msg.rid)
+        self.observe_rid = msg.rid if msg.body.get("observe") else None
         self.chunks["late_actions"] += info["late"]
         self._send(Message("ack", msg.rid, {**info, "tick": self.tick, "scheduled": len(self.plan)}))
+
+    def _drop_plan(self) -> None:
+        self.chunks["dropped_actions"] += self.plan.clear()
+        self.observe_rid = None
 
     def _run_plan(self) -> dict[str, Any] | None:
         """The scheduled action of this tick, applied (None when nothing is due)."""
@@ -263,7 +273,7 @@ class ControlLoop:
             breaches = self.backend.apply(action)
         except UnsafeCommand as err:
             self.chunks["refused_steps"] += 1
-            self.chunks["dropped_actions"] += self.plan.clear()
+            self._drop_plan()
             self._send(error(self.plan.rid, "unsafe", f"chunk action at tick {self.tick} refused, the rest "
                                                       f"dropped (the watchdog holds): {err}"))  # fmt: skip
             return None
@@ -287,7 +297,7 @@ class ControlLoop:
 
     def _reset(self, msg: Message) -> None:
         self._answer_queued("a reset came first")
-        self.chunks["dropped_actions"] += self.plan.clear()
+        self._drop_plan()
         self.last_applied = None
         if self.pending_rid is not None:
             self._send(error(self.pending_rid, "state", "action's observation dropped: a reset came first"))
@@ -336,7 +346,7 @@ class ControlLoop:
         """A backend error (reading or commanding the robot): hold, refuse actions until a
         reset recovers, and report it to the request ``rid`` (else the one owed a reply)."""
         self.fault = f"{type(err).__name__}: {err}"
-        self.chunks["dropped_actions"] += self.plan.clear()
+        self._drop_plan()
         log.error("backend fault, robot held until the next reset: %s", self.fault)
         try:
             self.backend.hold()
@@ -387,6 +397,13 @@ class ControlLoop:
             if self.queued is not None:
                 queued, self.queued = self.queued, None
                 self._apply(queued)
+        elif self.observe_rid is not None:  # an observed chunk: every tick's obs, with what ran
+            dry = ran is None and not len(self.plan)
+            extra = {"tick": self.tick, "stream": True, "plan": ran, "dry": dry, "holding": self.holding,
+                     "breaches": (ran or {}).get("breaches", []) + t.info.pop("safety", [])}  # fmt: skip
+            self._send(tick_message("obs", self.observe_rid, t, extra))
+            if dry:  # the schedule ran out: this was the stream's last message
+                self.observe_rid = None
         else:  # nobody is owed a reply: still stream the state (latest-value stream)
             extra = {"tick": self.tick, "holding": self.holding, **({"plan": ran} if ran else {})}
             self._send(tick_message("state", 0, t, extra), stream=True)

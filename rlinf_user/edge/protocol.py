@@ -17,7 +17,8 @@ malformed message is answered with an error and never reaches the robot.
 Kinds (cloud -> edge): ``hello``, ``reset``, ``act``, ``chunk``, ``hold``, ``stop``, ``ping``,
 ``telemetry``, ``bye``. A ``chunk`` carries ``actions`` (H, 7) that the control loop runs one
 per tick (``start_tick``: the tick of the observation it was computed from; ``blend``:
-ticks over which it is blended into the chunk it replaces). (edge -> cloud): ``welcome``, ``obs``, ``ack``, ``pong``,
+ticks over which it is blended into the chunk it replaces; ``observe``: stream every
+tick's observation to the sender while the schedule lasts). (edge -> cloud): ``welcome``, ``obs``, ``ack``, ``pong``,
 ``telemetry``, ``error``. The stream socket carries ``state`` and ``frame`` messages.
 """
 
@@ -234,6 +235,8 @@ def validate_chunk(msg: Message) -> None:
     blend = msg.body.get("blend", 0)
     if type(blend) is not int or not 0 <= blend <= MAX_CHUNK:
         raise ProtocolError("body", f"chunk blend must be an int in [0, {MAX_CHUNK}], got {blend!r}")
+    if type(msg.body.get("observe", False)) is not bool:
+        raise ProtocolError("body", f"chunk observe must be a bool, got {msg.body.get('observe')!r}")
 
 
 def finite_body(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -43,8 +43,13 @@ def _decode_jpeg(buf: np.ndarray) -> np.ndarray:
 class RemoteRobotEnv(ContractEnv):
     def __init__(self, client: EdgeClient, task: str, task_options: dict[str, Any],
                  cameras: list[str], max_episode_steps: int, seed: int | None = None,
-                 hello_timeout_s: float = 10.0, reconnect_s: float = 60.0):  # fmt: skip
+                 hello_timeout_s: float = 10.0, reconnect_s: float = 60.0,
+                 stream_chunks: bool = False, lookahead_s: float = 0.3, blend: int = 2):  # fmt: skip
         self.client = client
+        self.stream_chunks, self.blend = bool(stream_chunks), int(blend)
+        self._streaming = False  # an observed chunk is running: steps read its observations
+        self._applied: np.ndarray | None = None  # what the robot ran at the current obs' tick
+        self._tick: int | None = None  # the control tick of the current observation
         task_options = dict(task_options)
         # home the robot every N-th reset only (others start where the arm is): resets are
         # the slow part of real-robot data collection
@@ -84,6 +89,8 @@ class RemoteRobotEnv(ContractEnv):
             active = tuple(x and y for x, y in zip(active, self.task.active))
         self.action_spec = ActionSpec(a["frame"], a["max_translation"], a["max_rotation"], active)
         self.period = 1.0 / float(spec["control_hz"])
+        # steps before a chunk runs out at which the next one is asked for (0: when it has)
+        self.plan_lookahead = int(np.ceil(lookahead_s / self.period)) if self.stream_chunks else 0
         self.step_timeout_s = max(client.timeout_s, 5 * self.period)
         self._init_spaces(int(spec["state_dim"]) + self.task.extra_dim,
                           {c: tuple(available[c]) for c in self.camera_names})  # fmt: skip
@@ -107,7 +114,8 @@ class RemoteRobotEnv(ContractEnv):
         )  # fmt: skip
         env = cls(client, cfg.task, dict(cfg.kwargs or {}), list(cfg.cameras),
                   cfg.max_episode_steps, seed, float(edge.hello_timeout_s),
-                  float(edge.reconnect_s))  # fmt: skip
+                  float(edge.reconnect_s), bool(edge.get("stream_chunks", False)),
+                  float(edge.get("lookahead_s", 0.3)), int(edge.get("blend", 2)))  # fmt: skip
         env.link = link
         return env
 
@@ -162,6 +170,8 @@ class RemoteRobotEnv(ContractEnv):
             self._reconnect()
         home = self._resets % self.home_every == 0 or seed is not None
         self._resets += 1
+        self._streaming = False
+        self.client.end_stream()  # the reset ends the daemon's schedule and its stream
         try:
             msg = self.client.reset(seed, home=home)
         except EdgeTimeout:
@@ -174,11 +184,43 @@ class RemoteRobotEnv(ContractEnv):
             msg = self.client.reset(seed, home=True)
         self.task.reset(self._rng, msg.arrays["state"])
         self._last_obs = self._obs(msg)
+        self._streaming, self._applied, self._tick = False, None, msg.body.get("tick")
         return self._last_obs, {"success": False}
+
+    # -- chunks streamed to the edge ----------------------------------------------
+    def plan(self, actions: np.ndarray) -> None:
+        """Hand the daemon a chunk computed from the current observation: it runs action
+        ``k`` at the ``k+1``-th tick after that observation's (actions already late are
+        dropped there, the seam is blended) and streams every tick back, so the following
+        :meth:`step` calls read what the robot did instead of commanding it."""
+        if not self.stream_chunks or self._lost:
+            return
+        try:
+            ack = self.client.chunk(actions, start_tick=self._tick, blend=self.blend, observe=True,
+                                    timeout_s=self.step_timeout_s)  # fmt: skip
+        except (EdgeTimeout, EdgeRefused) as err:
+            log.warning("chunk not taken by the edge (%s): stepping one action at a time", err)
+            self._streaming = False
+            return
+        self._streaming = ack.body.get("queued", 0) > 0
+
+    @property
+    def streaming(self) -> bool:
+        return self._streaming
+
+    def unplan(self) -> None:
+        """Steps command the robot again (a person took over): the next ``act`` replaces
+        the daemon's schedule."""
+        self._streaming = False
+        self.client.end_stream()
 
     def _step(self, action):
         try:
-            msg = self.client.act(action, timeout_s=self.step_timeout_s)
+            if self._streaming:
+                msg = self.client.next_streamed(timeout_s=self.step_timeout_s)
+            else:
+                self.client.end_stream()
+                msg = self.client.act(action, timeout_s=self.step_timeout_s)
         except (EdgeTimeout, EdgeRefused) as err:
             code = err.code if isinstance(err, EdgeRefused) else "timeout"
             if code not in ("timeout", "not_controller", "backend", "overloaded"):
@@ -186,10 +228,24 @@ class RemoteRobotEnv(ContractEnv):
             log.warning("edge lost mid-episode (%s): truncating the episode", err)
             # a robot fault or a busy loop keeps the connection: the next reset recovers on it
             self._lost = code in ("timeout", "not_controller")
+            self._streaming = False
             return self._last_obs, 0.0, False, {"success": False, "edge_lost": True, "truncate": True}
+        info = {}
+        if msg.body.get("stream"):
+            # this obs ends the transition that began at the previous one, whose tick ran
+            # ``self._applied`` (nothing: the robot held); this tick's action starts the next
+            applied = self._applied if self._applied is not None else np.zeros(len(action), np.float32)
+            info["applied_action"] = applied
+            ran = msg.body.get("plan")
+            self._applied = None if ran is None else np.asarray(ran["applied"], np.float32)
+            if msg.body.get("dry"):
+                self._streaming = False
+        else:
+            self._applied = None
         reward, terminated, success = self.task.evaluate(msg.arrays["state"], msg.body)
         self._last_obs = self._obs(msg)
-        info = {"success": success, "edge_tick": msg.body.get("tick")}
+        self._tick = msg.body.get("tick")
+        info.update(success=success, edge_tick=self._tick)
         if msg.body.get("breaches"):
             info["safety"] = list(msg.body["breaches"])
         if msg.body.get("stale_cameras"):  # frames older than the edge's frame_max_age_s

@@ -25,6 +25,13 @@ class ChunkQueue:
     def empty_rows(self) -> np.ndarray:
         return np.flatnonzero(self.pos >= self.length)
 
+    def due_rows(self, lookahead: int = 0) -> np.ndarray:
+        """Envs whose chunk has at most ``lookahead`` actions left (0: none left): the next
+        chunk is asked for that early where the edge runs chunks while the model computes
+        (never before a chunk's first action ran)."""
+        left = self.length - self.pos
+        return np.flatnonzero((left <= 0) | (left <= np.minimum(lookahead, self.length - 1)))
+
     def put(self, rows: np.ndarray, actions: np.ndarray, extras: dict[str, np.ndarray], version: int) -> None:
         actions = np.asarray(actions, np.float32)
         if actions.ndim == 2:

@@ -36,6 +36,7 @@ from rlinf_user.edge.client import EdgeClient, EdgeRefused  # noqa: E402
 from rlinf_user.edge.protocol import Message, encode  # noqa: E402
 from rlinf_user.edge.security import AuthError, keygen  # noqa: E402
 from rlinf_user.env.remote import RemoteRobotEnv  # noqa: E402
+from rlinf_user.env.spec import Col  # noqa: E402
 
 HZ = 50.0
 
@@ -346,3 +347,86 @@ def test_a_chunk_runs_on_the_served_sim_one_action_per_tick(edge, keys):
         assert after["chunks"]["received"] - before["chunks"]["received"] == 1
     finally:
         c.close()
+
+
+def test_an_observed_chunk_streams_every_tick_while_the_model_computes(edge, keys):
+    """``stream_chunks``: the env hands the daemon whole chunks; each step then reads the
+    next tick's observation with the action the robot ran there. While the caller is busy
+    (a model computing the next chunk) the robot goes on with the schedule, and those
+    ticks come back afterwards, every one: no tick is skipped and none waits."""
+    env = remote_env(edge, keys, stream_chunks=True, blend=0, max_episode_steps=200)
+    try:
+        env.reset(seed=0)
+        a = np.zeros((30, 7), np.float32)
+        a[:, 0] = np.linspace(0.05, 0.6, 30)  # every action distinct
+        b = np.zeros((30, 7), np.float32)
+        b[:, 1] = np.linspace(-0.05, -0.6, 30)
+        holds = telemetry(edge, keys)["watchdog_holds"]
+        env.plan(a)
+        applied, ticks = [], []
+        for _ in range(5):
+            _, _, _, _, info = env.step(np.zeros(7, np.float32))
+            applied.append(info["applied_action"])
+            ticks.append(info["edge_tick"])
+        time.sleep(10 / HZ)  # "inference": about 10 ticks pass, the robot runs a[5:]
+        env.plan(b)  # computed from the observation of the fifth step's tick
+        for _ in range(25):
+            _, _, _, _, info = env.step(np.zeros(7, np.float32))
+            applied.append(info["applied_action"])
+            ticks.append(info["edge_tick"])
+        assert np.diff(ticks).tolist() == [1] * 29  # every tick came back, in order
+        applied = np.asarray(applied)
+        assert not applied[0].any()  # the first tick after reset: nothing ran yet
+        # a ran tick after tick; then b from where it was late (its first actions dropped)
+        switch = next(i for i in range(1, 30) if applied[i, 1] != 0)
+        np.testing.assert_allclose(applied[1:switch, 0], a[: switch - 1, 0], rtol=1e-6)
+        late = int(np.argmin(np.abs(b[:, 1] - applied[switch, 1])))
+        assert switch >= 10 and late >= 5  # the robot kept moving through the "inference"
+        np.testing.assert_allclose(applied[switch:, 1], b[late : late + 30 - switch, 1], rtol=1e-6)
+        assert telemetry(edge, keys)["watchdog_holds"] == holds  # the watchdog never had to hold
+    finally:
+        env.close()
+
+
+def test_an_env_worker_streams_a_chunk_policys_chunks_and_records_what_ran(edge, keys):
+    """The training side end to end: an env worker with a chunk policy (pi0, chunks of 12)
+    on the robot env hands each chunk to the daemon, asks for the next one while the last
+    few actions of this one run, and stores the actions the robot ran. The arm is never
+    left without a scheduled action (no watchdog hold) and every step is one tick."""
+    from rlinf_user.config.compose import compose_config
+    from rlinf_user.runtime.env_worker import EnvWorker
+
+    cfg = compose_config(  # algo=bc: off-policy (its demos are not needed to act)
+        [
+            "env.task=edge", "env.kwargs={}", "env.max_episode_steps=60", "env.success_bonus=0",
+            "env.edge.host=127.0.0.1", f"env.edge.port={edge.port}",
+            f"env.edge.server_public_key={keys['edge_public']}", f"env.edge.client_secret_key={keys['client_secret']}",
+            "env.edge.lookahead_s=0.12", "env.edge.blend=0", "policy=pi0", "policy.horizon=12",
+            "algo=bc", "buffer.chunk_steps=1000",
+        ],
+        robot="franka",
+    )  # fmt: skip
+    worker = EnvWorker(cfg, worker_id=0, seed=0, num_envs=1)
+    try:
+        assert worker.lookahead == 6  # 0.12 s at 50 Hz
+        worker.rollout(1)  # the first chunk (the arm waited for it since the reset)
+        before = telemetry(edge, keys)
+        worker.rollout(39)
+        worker._flush()
+        parts = [c for _, c in worker.out.backlog]  # no sink: the chunks wait here
+        chunk = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    finally:
+        worker.close()
+    after = telemetry(edge, keys)
+    assert len(chunk[Col.REWARD]) == 40
+    sent = after["chunks"]["received"] - before["chunks"]["received"]
+    assert 39 / 12 < sent <= 39 / (12 - 6) + 1  # asked for early: more chunks than 39 / 12
+    assert after["watchdog_holds"] == before["watchdog_holds"]
+    ran = after["applied"] - before["applied"]
+    assert ran >= 38  # the robot ran an action at every tick
+    # the stored actions are the robot's: zero at the first tick (nothing scheduled yet),
+    # the policy's (never all zero) after
+    actions = chunk[Col.ACTION]
+    idle = int((np.abs(actions[1:]).sum(axis=1) == 0).sum())
+    assert not actions[0].any() and idle <= 2, idle  # an idle tick: inference outran the lookahead
+    np.testing.assert_allclose(chunk["next_obs/state"][:-1], chunk["obs/state"][1:])
