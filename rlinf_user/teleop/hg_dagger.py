@@ -102,6 +102,11 @@ class HGDaggerSession:
         executed: list[np.ndarray] = []
         labelled: list[bool] = []
         queue: list[np.ndarray] = []  # what is left of the policy's current chunk
+        horizon = 1
+        # a robot env that runs whole chunks at the edge: the next chunk is planned while
+        # the last `lookahead` actions of this one run (env.edge.stream_chunks)
+        planner = getattr(self.env, "unwrapped", self.env)
+        lookahead = int(getattr(planner, "plan_lookahead", 0))
         steps = interventions = 0
         success = False
         t0 = time.monotonic()
@@ -109,8 +114,12 @@ class HGDaggerSession:
         lost = None
         while True:
             self.subscriber.poll()  # never blocks: new weights are applied between steps
-            if not queue:
+            streaming = bool(lookahead and planner.streaming)
+            if not queue or (streaming and len(queue) <= min(lookahead, horizon - 1)):
                 queue = self.policy_chunk(obs)
+                horizon = len(queue)
+                if lookahead and horizon > 1:
+                    planner.plan(np.stack(queue))
             pa = queue.pop(0)
             if kind == "dagger" and self.human is not None:
                 self.human(obs, pa)
@@ -122,7 +131,12 @@ class HGDaggerSession:
             if kind == "eval":
                 cmd.engaged = False  # hands off: the policy alone
             d = self.gate.step(pa, cmd, self.device)
+            if d.intervention and lookahead and planner.streaming:
+                planner.unplan()  # the person's actions replace the robot's schedule
+            paced = not (lookahead and planner.streaming)  # a streamed chunk: the robot sets the pace
             next_obs, reward, terminated, truncated, info = self.env.step(d.action)
+            if "applied_action" in info:  # what the robot ran at this tick (streamed chunk)
+                d.action = np.asarray(info["applied_action"], np.float32)
             success = bool(info.get("success", False))
             if self.writer is not None:
                 self.writer.add_frame(
@@ -141,7 +155,8 @@ class HGDaggerSession:
             obs = next_obs
             if terminated or truncated:
                 break
-            pacer.wait()
+            if paced:
+                pacer.wait()
         if any(labelled):
             self.learner.add_episode.remote(episode_arrays(seen, self.cameras), np.stack(executed), np.array(labelled), 1)
         idx = None

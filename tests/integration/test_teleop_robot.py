@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("franky")
 pytest.importorskip("franky_sim")
+pytestmark = pytest.mark.wallclock  # the robot's 10 Hz control loop paces these: mostly waiting
 
 from edge_helpers import EdgeProcess, free_ports  # noqa: E402
 
@@ -17,6 +18,16 @@ from rlinf_user.cli.main import main  # noqa: E402
 from rlinf_user.data.lerobot_reader import LeRobotReader  # noqa: E402
 from rlinf_user.robots.teleop.evdev_input import EV_KEY, EV_SYN, pack_event  # noqa: E402
 from rlinf_user.robots.teleop.keyboard import KEY  # noqa: E402
+
+
+def telemetry_of(port: int) -> dict:
+    from rlinf_user.edge.client import EdgeClient
+
+    c = EdgeClient("127.0.0.1", port, timeout_s=5.0)
+    try:
+        return c.telemetry()
+    finally:
+        c.close(say_bye=False)
 
 
 def keys(events) -> bytes:
@@ -53,10 +64,13 @@ def test_teleop_records_a_robot_episode_through_the_edge(tmp_path, capsys):
 
 
 @pytest.mark.timeout(420)
-def test_hg_dagger_on_the_robot_through_the_edge(tmp_path, capsys):
+@pytest.mark.parametrize("policy", [[], ["policy=pi0", "policy.horizon=5"]], ids=["mlp", "pi0-chunks"])
+def test_hg_dagger_on_the_robot_through_the_edge(tmp_path, capsys, policy):
     """Record a demonstration, then an HG-DAgger session on the same edge: the policy
     drives franky-sim, a replayed keyboard holds the deadman and corrects for a while,
-    and the session's episodes carry who acted and which policy version was running."""
+    and the session's episodes carry who acted and which policy version was running.
+    With a chunk policy (pi0, chunks of 5) the hands-off episodes stream whole chunks to
+    the daemon and the corrected ones go back to single actions."""
     import json
 
     port = free_ports(2)
@@ -78,8 +92,9 @@ def test_hg_dagger_on_the_robot_through_the_edge(tmp_path, capsys):
             "hg-dagger", *robot, f"teleop.replay={tmp_path / 'correct.bin'}", f"demos={tmp_path / 'demos'}",
             f"dataset.root={tmp_path / 'session'}", "env.max_episode_steps=25", "hg_dagger.rounds=1",
             "hg_dagger.episodes_per_round=2", "hg_dagger.eval_episodes=1", "hg_dagger.warmup_updates=50",
-            f"run_root={tmp_path / 'runs'}", "run_name=robot",
+            f"run_root={tmp_path / 'runs'}", "run_name=robot", *policy,
         ])  # fmt: skip
+        chunks = telemetry_of(port)["chunks"]
     finally:
         edge.close()
     out = capsys.readouterr()
@@ -99,3 +114,7 @@ def test_hg_dagger_on_the_robot_through_the_edge(tmp_path, capsys):
     assert versions.min() >= 0
     summary = json.loads((tmp_path / "runs" / "robot" / "hg_dagger.json").read_text())
     assert summary["learner"]["corrections"] > 0 and summary["error"] is None
+    if policy:  # the two hands-off episodes (25 steps each) ran as streamed chunks
+        assert chunks["received"] >= 2 * 25 / 5 and chunks["refused_steps"] == 0, chunks
+    else:
+        assert chunks["received"] == 0
