@@ -10,7 +10,8 @@
   log-probs, chunk-level credit); evaluation success per version over distinct goals.
 
     python benchmarks/bench_vla_learning.py bc --demos 30 100
-    python benchmarks/bench_vla_learning.py ppo --lr 1e-4
+    python benchmarks/bench_vla_learning.py ppo --lr 3e-4 --steps 150000 --eval-states 50 --eval-every 15000 \
+        --seed 0 --out benchmarks/results/vla_ppo_reach_s0_150k.json
 """
 
 from __future__ import annotations
@@ -158,9 +159,14 @@ def ppo(args) -> None:
         opt.step()
     work = Path(tempfile.mkdtemp(prefix="vla-ppo-"))
     ckpt = save_openpi(policy.model, work / "bc", {"state": policy.norm["state"], "actions": policy.norm["actions"]})
+    # the starting point, on the goals every evaluation of the run uses (reset seeds 10000+)
+    if main(["eval", "--sim", "reach", "policy=pi0", f"policy.checkpoint={ckpt}", "--episodes", str(args.eval_states),
+             "--out", str(work / "bc_eval")]) != 0:  # fmt: skip
+        raise SystemExit("evaluating the BC checkpoint failed")
+    bc_success = json.loads((work / "bc_eval" / "eval.json").read_text())["success_rate"]
     argv = ["train", "--sim", "reach", "algo=ppo", "policy=pi0", f"policy.checkpoint={ckpt}",
             "placement.num_env_workers=2", "placement.envs_per_worker=8", f"total_env_steps={args.steps}",
-            "eval_every_steps=6000", f"eval_episodes={args.eval_states}", f"seed={args.seed}", f"algo.lr={args.lr}",
+            f"eval_every_steps={args.eval_every}", f"eval_episodes={args.eval_states}", f"seed={args.seed}", f"algo.lr={args.lr}",
             "algo.value_lr=1e-3", "algo.critic_warmup_updates=10", "algo.num_steps=20", "algo.target_kl=null",
             f"run_root={work}", "run_name=ppo", "progress=false"]  # fmt: skip
     t0 = time.time()
@@ -171,11 +177,11 @@ def ppo(args) -> None:
     out = {"what": "PPO (Flow-Noise, chunk-level credit) of a BC-initialised tiny pi0 on reach; eval over distinct goals",
            "settings": {"bc_episodes": args.bc_episodes, "bc_updates": args.bc_updates, "lr": args.lr, "steps": args.steps,
                         "eval_goals_per_eval": args.eval_states, "seed": args.seed},
-           "wall_s": round(time.time() - t0, 1), "history_csv": history,
+           "wall_s": round(time.time() - t0, 1), "bc_eval_success": bc_success, "history_csv": history,
            "best_eval_success": summary["best_eval_success"], "final_eval_success": summary["final_eval_success"],
            "machine": describe()}  # fmt: skip
     print(json.dumps(out, indent=2))
-    (RESULTS / "vla_ppo_reach.json").write_text(json.dumps(out, indent=2) + "\n")
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
 
 
 def main() -> None:
@@ -196,6 +202,8 @@ def main() -> None:
     p.add_argument("--bc-updates", type=int, default=600)
     p.add_argument("--eval-states", type=int, default=30)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=6000)
+    p.add_argument("--out", default=str(RESULTS / "vla_ppo_reach.json"))
     args = ap.parse_args()
     bc(args) if args.what == "bc" else ppo(args)
 

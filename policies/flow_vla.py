@@ -182,8 +182,18 @@ class FlowVLAPolicy(Policy):
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         cache, pad, state = self.prefix(obs)
+        return self._value(cache, pad, state)
+
+    def _value(self, cache, pad, state) -> torch.Tensor:
         feats = self.model.state_features(cache, pad, state).float()
         return self.value_head(feats.detach() if self.detach_critic else feats).squeeze(-1)
+
+    def log_prob_and_value(self, obs: dict[str, Any], sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`log_prob` and :meth:`value` over one prefix pass (PPO needs both per
+        minibatch; the prefix, the vision tower and the VLM, is most of the cost)."""
+        cache, pad, state = self.prefix(obs)
+        logp, ent = self.model.chain_log_prob(cache, pad, state, sample.transpose(0, 1), self.noise_head)
+        return logp.flatten(1), ent.flatten(1), self._value(cache, pad, state)
 
     def flow_loss(self, obs: dict[str, Any], chunk: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Flow-matching loss toward env action chunks ``(B, H, action_dim)``; ``valid``

@@ -86,6 +86,7 @@ class PPO(Algorithm):
         metrics: dict[str, float] = {}
         clipfracs, approx_kl, epochs = [], 0.0, 0
         warmup = self.warming_up()
+        critic = not self.grpo and cfg.vf_coef > 0
         metrics["critic_warmup"] = float(warmup)
         with torch.no_grad():  # 0 when the rows came from exactly this policy (sync rounds)
             kls = []
@@ -99,8 +100,12 @@ class PPO(Algorithm):
             for start in range(0, n, mb):
                 idx = perm[start : start + mb]
                 sub = index_obs_torch(obs, idx)
-                with torch.set_grad_enabled(not warmup):  # critic warm-up: the policy is held, no graph for it
-                    logp, entropy = self.policy.log_prob(sub, sample[idx])
+                v = None
+                if not warmup and critic and hasattr(self.policy, "log_prob_and_value"):
+                    logp, entropy, v = self.policy.log_prob_and_value(sub, sample[idx])  # one prefix pass
+                else:
+                    with torch.set_grad_enabled(not warmup):  # critic warm-up: the policy is held, no graph for it
+                        logp, entropy = self.policy.log_prob(sub, sample[idx])
                 ratio_log = logp - old_logp[idx]  # (mb,) or per element (mb, N): each clipped alone
                 ratio = ratio_log.exp()
                 with torch.no_grad():
@@ -113,8 +118,8 @@ class PPO(Algorithm):
                 pg = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
                 loss = torch.zeros(()) if warmup else pg - cfg.ent_coef * entropy.mean()
                 v_loss = torch.zeros(())
-                if not self.grpo and cfg.vf_coef > 0:
-                    v = self.policy.value(sub)
+                if critic:
+                    v = self.policy.value(sub) if v is None else v
                     if cfg.clip_vloss:
                         v_clip = old_v[idx] + (v - old_v[idx]).clamp(-cfg.clip_coef, cfg.clip_coef)
                         v_loss = 0.5 * torch.max((v - ret[idx]) ** 2, (v_clip - ret[idx]) ** 2).mean()

@@ -38,6 +38,10 @@ def test_the_learner_recomputes_the_rollout_log_prob_of_a_chain():
     logp, ent = p.log_prob(o, out.extras["sample"])
     torch.testing.assert_close(logp, out.extras["log_prob"], rtol=1e-4, atol=1e-4)
     assert logp.shape == ent.shape == (3, 4 * 3) and torch.isfinite(logp).all()
+    # PPO's one-prefix call scores and values exactly as the two separate calls do
+    both = p.log_prob_and_value(o, out.extras["sample"])
+    for got, want in zip(both, (logp, ent, p.value(o))):
+        torch.testing.assert_close(got, want)
     # the step noise of every executed element lies within the configured std bounds
     lo, hi = 0.5 * np.log(2 * np.pi * np.e * 0.08**2), 0.5 * np.log(2 * np.pi * np.e * 0.16**2)
     assert ent.min() >= lo - 1e-4 and ent.max() <= hi + 1e-4
