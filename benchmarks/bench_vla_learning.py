@@ -7,7 +7,7 @@
   and from distinct held-out ones (reset seeds 50000+), with a Wilson 95% interval.
 * ``ppo``: a tiny pi0 behaviour-cloned on 5 scripted ``reach`` episodes, saved in openpi's
   layout, then fine-tuned by ``rlinf-user train algo=ppo policy.checkpoint=<it>`` (Flow-Noise
-  log-probs, chunk-level credit); evaluation success per version over distinct goals.
+  log-probs, chunk-level credit or, with `--credit action`, action-level); evaluation success per version over distinct goals.
 
     python benchmarks/bench_vla_learning.py bc --demos 30 100
     python benchmarks/bench_vla_learning.py ppo --lr 3e-4 --steps 150000 --eval-states 50 --eval-every 15000 \
@@ -168,14 +168,15 @@ def ppo(args) -> None:
             "placement.num_env_workers=2", "placement.envs_per_worker=8", f"total_env_steps={args.steps}",
             f"eval_every_steps={args.eval_every}", f"eval_episodes={args.eval_states}", f"seed={args.seed}", f"algo.lr={args.lr}",
             "algo.value_lr=1e-3", "algo.critic_warmup_updates=10", "algo.num_steps=20", "algo.target_kl=null",
+            f"algo.credit={args.credit}",
             f"run_root={work}", "run_name=ppo", "progress=false"]  # fmt: skip
     t0 = time.time()
     if main(argv) != 0:
         raise SystemExit("the PPO run failed")
     summary = json.loads((work / "ppo" / "eval" / "summary.json").read_text())
     history = (work / "ppo" / "eval" / "history.csv").read_text().splitlines()
-    out = {"what": "PPO (Flow-Noise, chunk-level credit) of a BC-initialised tiny pi0 on reach; eval over distinct goals",
-           "settings": {"bc_episodes": args.bc_episodes, "bc_updates": args.bc_updates, "lr": args.lr, "steps": args.steps,
+    out = {"what": f"PPO (Flow-Noise, {args.credit}-level credit) of a BC-initialised tiny pi0 on reach; eval over distinct goals",
+           "settings": {"credit": args.credit, "bc_episodes": args.bc_episodes, "bc_updates": args.bc_updates, "lr": args.lr, "steps": args.steps,
                         "eval_goals_per_eval": args.eval_states, "seed": args.seed},
            "wall_s": round(time.time() - t0, 1), "bc_eval_success": bc_success, "history_csv": history,
            "best_eval_success": summary["best_eval_success"], "final_eval_success": summary["final_eval_success"],
@@ -203,6 +204,7 @@ def main() -> None:
     p.add_argument("--eval-states", type=int, default=30)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=6000)
+    p.add_argument("--credit", default="chunk", choices=["chunk", "action"], help="algo.credit")
     p.add_argument("--out", default=str(RESULTS / "vla_ppo_reach.json"))
     args = ap.parse_args()
     bc(args) if args.what == "bc" else ppo(args)

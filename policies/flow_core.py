@@ -260,14 +260,20 @@ class NoiseHead(nn.Module):
         return F.pad(std, (0, self.action_dim - self.active))  # padded dims: no noise
 
 
-def value_mlp(width: int, hidden: tuple[int, ...] = (256, 128)) -> nn.Sequential:
-    """A value head over the expert's state-token features (small last layer, ReLU)."""
+def value_mlp(width: int, hidden: tuple[int, ...] = (256, 128), out: int = 1) -> nn.Sequential:
+    """A value head over the expert's state-token features (small last layer, ReLU);
+    ``out`` > 1: one value per action of a chunk (action-level credit)."""
     layers: list[nn.Module] = []
     d = width
     for h in hidden:
         layers += [nn.Linear(d, h), nn.ReLU()]
         d = h
-    last = nn.Linear(d, 1)
+    last = nn.Linear(d, out)
     nn.init.normal_(last.weight, std=1e-3)
     nn.init.zeros_(last.bias)
     return nn.Sequential(*layers, last)
+
+
+def value_out(head_output: torch.Tensor) -> torch.Tensor:
+    """A value head's output: (B,) for one value per state, (B, H) for one per action."""
+    return head_output.squeeze(-1) if head_output.shape[-1] == 1 else head_output

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from rlinf_user.env.spec import EnvSpec
 from rlinf_user.policies.base import Policy, PolicyOutput
-from rlinf_user.policies.flow_core import JointFlowModel, NoiseHead, value_mlp
+from rlinf_user.policies.flow_core import JointFlowModel, NoiseHead, value_mlp, value_out
 from rlinf_user.policies.pi0_checkpoint import NormStats, check_norm_stats
 from rlinf_user.policies.vla_text import PromptTokenizer
 
@@ -62,7 +62,7 @@ class FlowVLAPolicy(Policy):
     def __init__(self, spec: EnvSpec, model: JointFlowModel, norm: dict[str, NormStats], prompt: PromptTokenizer,
                  cameras: list[str], default_prompt: str = "", *, num_cameras: int, expert_width: int,
                  finetune: str = "expert", noise_std: tuple[float, float] = (0.08, 0.16),
-                 detach_critic: bool = True, lora_rank: int = 8):  # fmt: skip
+                 detach_critic: bool = True, lora_rank: int = 8, value_per_action: bool = False):  # fmt: skip
         super().__init__(spec)
         cfg = model.cfg
         if spec.action_dim > cfg.action_dim or spec.state_dim > cfg.state_dim:
@@ -88,7 +88,8 @@ class FlowVLAPolicy(Policy):
         self.finetune = finetune
         self.detach_critic = bool(detach_critic)
         self.noise_head = NoiseHead(expert_width, cfg.action_dim, spec.action_dim, *noise_std)
-        self.value_head = value_mlp(expert_width)
+        # action-level credit: a value per action of the chunk (from the chunk's observation)
+        self.value_head = value_mlp(expert_width, out=cfg.horizon if value_per_action else 1)
         for key in ("state", "actions"):  # the statistics travel with the weights
             s = norm[key]
             self.register_buffer(f"{key}_mean", torch.as_tensor(s.mean, dtype=torch.float32))
@@ -169,7 +170,7 @@ class FlowVLAPolicy(Policy):
             return PolicyOutput(self.env_actions(chain[-1]), {})
         chain, logp = self.model.denoise(cache, pad, state, torch.randn(shape, device=state.device), noise_head=self.noise_head)
         sample = chain.transpose(0, 1).contiguous()  # (B, K + 1, H, A)
-        value = self.value_head(self.model.state_features(cache, pad, state).float()).squeeze(-1)
+        value = value_out(self.value_head(self.model.state_features(cache, pad, state).float()))
         return PolicyOutput(self.env_actions(chain[-1]), {"sample": sample, "log_prob": logp.flatten(1), "value": value})
 
     # -- training -------------------------------------------------------------------------
@@ -186,7 +187,7 @@ class FlowVLAPolicy(Policy):
 
     def _value(self, cache, pad, state) -> torch.Tensor:
         feats = self.model.state_features(cache, pad, state).float()
-        return self.value_head(feats.detach() if self.detach_critic else feats).squeeze(-1)
+        return value_out(self.value_head(feats.detach() if self.detach_critic else feats))
 
     def log_prob_and_value(self, obs: dict[str, Any], sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`log_prob` and :meth:`value` over one prefix pass (PPO needs both per
@@ -234,4 +235,5 @@ class FlowVLAPolicy(Policy):
         get = cfg_getter(policy_cfg)
         std = get("noise_std") or (0.08, 0.16)
         return dict(finetune=str(get("finetune") or "expert"), noise_std=(float(std[0]), float(std[1])),
-                    detach_critic=bool(get("detach_critic", True)), lora_rank=int(get("lora_rank") or 8))  # fmt: skip
+                    detach_critic=bool(get("detach_critic", True)), lora_rank=int(get("lora_rank") or 8),
+                    value_per_action=bool(get("value_per_action", False)))  # fmt: skip

@@ -36,7 +36,7 @@ from torch import nn
 
 from rlinf_user.env.spec import EnvSpec
 from rlinf_user.policies.base import Policy, PolicyOutput
-from rlinf_user.policies.flow_core import additive, attention_2d, layer_step, value_mlp
+from rlinf_user.policies.flow_core import additive, attention_2d, layer_step, value_mlp, value_out
 from rlinf_user.policies.flow_vla import apply_finetune, cfg_getter
 from rlinf_user.policies.pi0 import resize_with_pad
 from rlinf_user.policies.pretrained import (
@@ -86,7 +86,7 @@ class TokenVLAPolicy(Policy):
 
     def __init__(self, spec: EnvSpec, cfg: TokenVLAConfig, vlm: nn.Module, vision: nn.Module, prompt: PromptTokenizer,
                  cameras: list[str], default_prompt: str = "", *, finetune: str = "lora", lora_rank: int = 8,
-                 detach_critic: bool = True):  # fmt: skip
+                 detach_critic: bool = True, value_per_action: bool = False):  # fmt: skip
         super().__init__(spec)
         unknown = [c for c in cameras if c not in spec.cameras]
         if unknown or len(cameras) > cfg.num_cameras:
@@ -107,7 +107,7 @@ class TokenVLAPolicy(Policy):
         self.state_proj = nn.Linear(spec.state_dim, width)
         rows = token_ids(torch.arange(cfg.bins), vocab)
         self.action_emb = nn.Parameter(vlm.embed_tokens.weight.detach()[rows].clone())  # (bins, W): bin b's row
-        self.value_head = value_mlp(width)
+        self.value_head = value_mlp(width, out=cfg.horizon if value_per_action else 1)  # per action: action-level credit
         self.register_buffer("state_mean", torch.zeros(spec.state_dim))
         self.register_buffer("state_std", torch.ones(spec.state_dim))
         self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
@@ -125,7 +125,8 @@ class TokenVLAPolicy(Policy):
         prompt = PromptTokenizer(open_tokenizer(folder), cfg.max_token_len)
         return cls(spec, cfg, vlm, efficientnet_lite0(get("vision_weights")), prompt, cameras, str(get("prompt") or ""),
                    finetune=str(get("finetune") or "lora"), lora_rank=int(get("lora_rank") or 8),
-                   detach_critic=bool(get("detach_critic", True)))  # fmt: skip
+                   detach_critic=bool(get("detach_critic", True)),
+                   value_per_action=bool(get("value_per_action", False)))  # fmt: skip
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -199,7 +200,7 @@ class TokenVLAPolicy(Policy):
         actions = bin_centres(idx, self.cfg.bins).view(-1, self.horizon, self.spec.action_dim)
         if deterministic:
             return PolicyOutput(actions, {})
-        value = self.value_head(state_out.float()).squeeze(-1)
+        value = value_out(self.value_head(state_out.float()))
         return PolicyOutput(actions, {"sample": idx.float(), "log_prob": torch.stack(logps, 1), "value": value})
 
     def prefix_state(self, obs: dict[str, Any]) -> torch.Tensor:
@@ -226,7 +227,7 @@ class TokenVLAPolicy(Policy):
 
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         feats = self.prefix_state(obs)
-        return self.value_head(feats.detach() if self.detach_critic else feats).squeeze(-1)
+        return value_out(self.value_head(feats.detach() if self.detach_critic else feats))
 
     def bc_loss(self, obs: dict[str, Any], target: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Cross-entropy of a target chunk's tokens ``(B, H, A)`` (or single actions ``(B, A)``:

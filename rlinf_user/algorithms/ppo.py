@@ -82,6 +82,13 @@ class PPO(Algorithm):
         ret = data["return"].float()
         old_v = data[Col.VALUE].float() if Col.VALUE in data else torch.zeros_like(ret)
         n = len(adv)
+        # action-level credit: an advantage and a return per action of the row's chunk,
+        # weighted by whether that action ran (columns of rlinf_user.data.segments.gae_actions)
+        ran = None
+        if adv.dim() == 2:
+            steps = data[Col.CHUNK_STEPS].reshape(-1, 1)
+            ran = (torch.arange(adv.shape[1], device=self.device)[None] < steps).float()
+            old_v = old_v.reshape(ret.shape)
         mb = max(1, n // int(cfg.num_minibatches))
         metrics: dict[str, float] = {}
         clipfracs, approx_kl, epochs = [], 0.0, 0
@@ -112,19 +119,30 @@ class PPO(Algorithm):
                     approx_kl = float(((ratio - 1) - ratio_log).mean())
                     clipfracs.append(float(((ratio - 1.0).abs() > cfg.clip_coef).float().mean()))
                 a = adv[idx]
-                if cfg.norm_adv and len(a) > 1:
-                    a = (a - a.mean()) / (a.std() + 1e-8)
-                a = a.reshape(-1, *([1] * (ratio.dim() - 1)))
-                pg = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+                if ran is None:
+                    if cfg.norm_adv and len(a) > 1:
+                        a = (a - a.mean()) / (a.std() + 1e-8)
+                    a = a.reshape(-1, *([1] * (ratio.dim() - 1)))
+                    pg = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+                else:  # each action's log-prob elements against that action's advantage
+                    w = ran[idx]
+                    if cfg.norm_adv and w.sum() > 1:
+                        mean = (a * w).sum() / w.sum()
+                        a = (a - mean) / (((a - mean) ** 2 * w).sum() / (w.sum() - 1)).sqrt().add(1e-8)
+                    per = ratio.shape[1] // a.shape[1]  # log-prob elements per action
+                    a, w = a.repeat_interleave(per, 1), w.repeat_interleave(per, 1)
+                    el = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef))
+                    pg = (el * w).sum() / w.sum()
                 loss = torch.zeros(()) if warmup else pg - cfg.ent_coef * entropy.mean()
                 v_loss = torch.zeros(())
                 if critic:
-                    v = self.policy.value(sub) if v is None else v
+                    v = (self.policy.value(sub) if v is None else v).reshape(ret[idx].shape)
                     if cfg.clip_vloss:
                         v_clip = old_v[idx] + (v - old_v[idx]).clamp(-cfg.clip_coef, cfg.clip_coef)
-                        v_loss = 0.5 * torch.max((v - ret[idx]) ** 2, (v_clip - ret[idx]) ** 2).mean()
+                        err = torch.max((v - ret[idx]) ** 2, (v_clip - ret[idx]) ** 2)
                     else:
-                        v_loss = 0.5 * ((v - ret[idx]) ** 2).mean()
+                        err = (v - ret[idx]) ** 2
+                    v_loss = 0.5 * (err.mean() if ran is None else (err * ran[idx]).sum() / ran[idx].sum())
                     loss = loss + cfg.vf_coef * v_loss
                 if not torch.isfinite(loss):
                     raise NonFiniteLoss(
@@ -146,8 +164,9 @@ class PPO(Algorithm):
         if cfg.norm_obs and hasattr(self.policy, "update_normalizer"):
             self.policy.update_normalizer(self.group_rows(obs["state"]))
         with torch.no_grad():
-            var = float(ret.var()) if n > 1 else 0.0
-            explained = float("nan") if var == 0 or self.grpo else 1.0 - float((ret - old_v).var()) / var
+            r, ov = (ret, old_v) if ran is None else (ret[ran > 0], old_v[ran > 0])
+            var = float(r.var()) if len(r) > 1 else 0.0
+            explained = float("nan") if var == 0 or self.grpo else 1.0 - float((r - ov).var()) / var
         metrics.update(approx_kl=approx_kl, clipfrac=float(np.mean(clipfracs)) if clipfracs else 0.0, epochs=float(epochs),
                        explained_variance=explained, rows=float(n), log_std=self.policy.log_std.mean().item() if hasattr(self.policy, "log_std") else 0.0)  # fmt: skip
         return metrics

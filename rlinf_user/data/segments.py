@@ -76,6 +76,45 @@ def gae(cols: dict[str, np.ndarray], value_fn: ValueFn, gamma: float, lam: float
     return adv.astype(np.float32), (adv + value).astype(np.float32)
 
 
+def gae_actions(cols: dict[str, np.ndarray], value_fn: ValueFn, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Action-level GAE for rows sorted by (env, step) that each hold a chunk: action ``k``
+    of a row (``k < chunk_steps``) has reward ``step_rewards[:, k]`` and value
+    ``value[:, k]`` (the value head's ``k``-th output, from the chunk's observation); GAE
+    runs over the env's sequence of single actions, chunk after chunk, with the same
+    episode and gap rules as :func:`gae`. Advantages and returns are (rows, H), zero past
+    the actions that ran."""
+    r = cols[Col.STEP_REWARDS].astype(np.float64)
+    n, h = r.shape
+    value = cols[Col.VALUE].astype(np.float64).reshape(n, -1)
+    if value.shape[1] != h:
+        raise ValueError(f"action-level credit: {value.shape[1]} values per row for chunks of {h} actions")
+    ran = cols[Col.CHUNK_STEPS].astype(np.int64)
+    env, step = cols[Col.ENV_ID], cols[Col.STEP]
+    term = cols[Col.TERMINATED].astype(bool)
+    done = term | cols[Col.TRUNCATED].astype(bool)
+    follows = np.zeros(n, bool)
+    follows[:-1] = (env[1:] == env[:-1]) & (step[1:] == step[:-1] + 1)
+    cont = follows & ~done
+    after = np.zeros(n)  # the value after a row's last action: the next chunk's first value
+    after[:-1] = value[1:, 0]
+    boot = ~term & ~cont
+    if boot.any():
+        after[boot] = np.asarray(value_fn(next_obs_columns(cols, np.flatnonzero(boot)))).reshape(int(boot.sum()), -1)[:, 0]
+    after[term] = 0.0
+    adv = np.zeros((n, h))
+    carry_next = 0.0  # the advantage of the next row's first action
+    for i in range(n - 1, -1, -1):
+        carry = carry_next if cont[i] else 0.0
+        nv = after[i]
+        for k in range(int(ran[i]) - 1, -1, -1):
+            carry = r[i, k] + gamma * nv - value[i, k] + gamma * lam * carry
+            adv[i, k] = carry
+            nv = value[i, k]
+        carry_next = carry
+    ret = np.where(np.arange(h)[None] < ran[:, None], adv + value, 0.0)
+    return adv.astype(np.float32), ret.astype(np.float32)
+
+
 class OnPolicyStore:
     def __init__(self, gamma: float, lam: float, group_size: int | None = None, reward_scale: float = 1.0,
                  baseline: str = "episode"):  # fmt: skip
@@ -134,7 +173,10 @@ class OnPolicyStore:
         cols = _rows(cols, np.lexsort((cols[Col.STEP], cols[Col.ENV_ID])))
         if self.reward_scale != 1.0:
             cols[Col.REWARD] = cols[Col.REWARD] * self.reward_scale
-        cols["advantage"], cols["return"] = gae(cols, value_fn, self.gamma, self.lam)
+            if Col.STEP_REWARDS in cols:
+                cols[Col.STEP_REWARDS] = cols[Col.STEP_REWARDS] * self.reward_scale
+        credit = gae_actions if Col.STEP_REWARDS in cols else gae
+        cols["advantage"], cols["return"] = credit(cols, value_fn, self.gamma, self.lam)
         return cols
 
     # -- GRPO ------------------------------------------------------------------------------

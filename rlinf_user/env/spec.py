@@ -46,6 +46,8 @@ class Col:
     SAMPLE = "sample"  # the policy's raw sample before clipping to the action box
     STEP = "step"  # per-env sequence number of the step within the worker's stream
     GROUP = "group"  # reset-seed group of the episode (GRPO)
+    STEP_REWARDS = "step_rewards"  # action-level credit: each executed action's reward (rows x H)
+    CHUNK_STEPS = "chunk_steps"  # action-level credit: actions of the row's chunk that ran
 
     REQUIRED = ("obs/state", "next_obs/state", "action", "reward", "terminated")
 

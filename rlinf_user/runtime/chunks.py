@@ -85,9 +85,20 @@ class DecisionRows:
     (chunk-level credit). With chunks of one step this is exactly one row per step.
     """
 
-    def __init__(self, num_envs: int):
+    def __init__(self, num_envs: int, per_action: bool = False):
         self.open: list[dict[str, np.ndarray] | None] = [None] * num_envs
         self.seq = np.zeros(num_envs, dtype=np.int64)
+        # action-level credit: rows also keep each action's reward (``step_rewards``, zero
+        # past the actions that ran) and how many ran (``chunk_steps``); ``width`` is the
+        # policy's chunk length (set once its first chunk is known)
+        self.per_action = per_action
+        self.width = 1
+
+    def _step_columns(self, rows: dict[str, np.ndarray]) -> None:
+        n = len(rows[Col.REWARD])
+        sr = np.zeros((n, self.width), np.float32)
+        sr[:, 0] = rows[Col.REWARD]
+        rows[Col.STEP_REWARDS], rows[Col.CHUNK_STEPS] = sr, np.ones(n, np.int64)
 
     def add(self, cols: dict[str, np.ndarray], live: np.ndarray, closes: np.ndarray) -> dict[str, np.ndarray] | None:
         """Fold one step of every env (``cols`` rows in env order; ``live``: the env made a
@@ -100,6 +111,8 @@ class DecisionRows:
             return None
         rows[Col.STEP] = self.seq[live].copy()
         self.seq[live] += 1
+        if self.per_action:
+            self._step_columns(rows)
         return rows
 
     def _fold(self, cols: dict[str, np.ndarray], live: np.ndarray, closes: np.ndarray) -> dict[str, np.ndarray] | None:
@@ -109,10 +122,18 @@ class DecisionRows:
             acc = self.open[i]
             if acc is None:
                 acc = {k: v.copy() for k, v in row.items()}
+                if self.per_action:
+                    self._step_columns(acc)
             else:
                 for k, v in row.items():
                     if k.startswith(Col.NEXT_OBS + "/") or k in (Col.TERMINATED, Col.TRUNCATED):
                         acc[k] = v.copy()
+                if self.per_action:
+                    j = int(acc[Col.CHUNK_STEPS][0])
+                    if j >= self.width:
+                        raise ValueError(f"a chunk ran {j + 1} actions, more than the policy's {self.width}")
+                    acc[Col.STEP_REWARDS][0, j] = row[Col.REWARD][0]
+                    acc[Col.CHUNK_STEPS] = acc[Col.CHUNK_STEPS] + 1
                 acc[Col.REWARD] = acc[Col.REWARD] + row[Col.REWARD]
                 if Col.INTERVENTION in acc:
                     acc[Col.INTERVENTION] = acc[Col.INTERVENTION] | row[Col.INTERVENTION]

@@ -117,7 +117,8 @@ class EnvWorker:
         self.chunks = ChunkQueue(num)
         self.planners: list = [None] * num  # robot envs that run whole chunks (see attach)
         self.lookahead = 0  # steps left in a chunk when the next one is asked for
-        self.decisions = DecisionRows(num) if self.on_policy else None  # on-policy: a row per chunk
+        credit_per_action = cfg.algo.get("credit", "chunk") == "action"
+        self.decisions = DecisionRows(num, credit_per_action) if self.on_policy else None  # on-policy: a row per chunk
         self.pending: list[dict[str, np.ndarray]] = []  # one entry of columns per step
         self.pending_rows = 0
         self.rows_sent = 0  # rows produced (on-policy: one per decision, a chunk's steps in one)
@@ -208,6 +209,8 @@ class EnvWorker:
             extras = {k: v.float().numpy() for k, v in out.extras.items()}
             version = self.weights.version if self.weights is not None else -1
         self.chunks.put(rows, actions, extras, int(version))
+        if self.decisions is not None:
+            self.decisions.width = self.chunks.actions.shape[1]
         for j, i in enumerate(rows):  # robots behind the edge run the whole chunk themselves
             if self.planners[i] is not None and self.chunks.length[i] > 1:
                 chunk = np.asarray(actions[j], np.float32).reshape(-1, np.shape(actions)[-1])

@@ -149,11 +149,16 @@ def test_a_nan_loss_stops_the_run_before_anything_is_saved_and_resume_goes_on(tm
     assert p.updates >= 2 and p.env_steps >= 160
 
 
-@pytest.mark.parametrize("policy", [["policy=pi0"], ["policy=token_vla", "policy.vlm_layers=1"]], ids=["flow", "token"])
+@pytest.mark.parametrize(
+    "policy",
+    [["policy=pi0"], ["policy=token_vla", "policy.vlm_layers=1"], ["policy=pi0", "algo.credit=action"]],
+    ids=["flow", "token", "flow-action-credit"],
+)
 def test_a_chunk_policy_trains_on_one_row_per_chunk(tmp_path, ray_runtime, policy):
     """PPO with a VLA (chunks of 4; pi0's Flow-Noise log-probs, or the token VLA's per-token
     log-probs) through the runtime: every synchronous round updates once, on rows that are
-    whole chunks (chunk-level credit), from exactly the newest policy."""
+    whole chunks, from exactly the newest policy; with action-level credit each row carries
+    its actions' rewards and the learner's GAE runs over single actions."""
     cfg = compose_config(
         ["algo=ppo", *policy, "policy.horizon=4", "algo.num_steps=16", "algo.num_minibatches=2",
          "algo.critic_warmup_updates=1", "placement.num_env_workers=2", "placement.envs_per_worker=2",

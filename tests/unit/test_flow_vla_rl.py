@@ -130,6 +130,51 @@ def test_ppo_moves_a_flow_vla_toward_chunks_with_higher_advantage():
     assert error() < 0.6 * before, (before, error())
 
 
+def test_action_level_credit_gives_each_action_its_own_advantage():
+    """algo.credit=action: the PPO gradient reaching an action's log-prob elements comes
+    from that action's advantage alone, and none reaches an action that never ran; the
+    value head has a value per action."""
+    from rlinf_user.algorithms.base import build_algorithm
+    from rlinf_user.env.spec import Col
+
+    torch.manual_seed(0)
+    spec = EnvSpec(state_dim=3, active_dims=(0, 1, 2))
+    cfg = compose_config(["algo=ppo", "policy=pi0", "policy.horizon=2", "algo.credit=action", "algo.norm_obs=false",
+                          "algo.norm_adv=false", "algo.num_minibatches=1", "algo.update_epochs=1"], sim="reach")  # fmt: skip
+    assert cfg.policy.value_per_action
+    algo = build_algorithm(cfg.algo, cfg.policy, spec)
+    p = algo.policy
+    obs = {"state": torch.randn(4, 3), "images": {}}
+    out = p.act(obs)
+    assert out.extras["value"].shape == (4, 2) and out.extras["log_prob"].shape == (4, 2 * 3)
+    grads, order = [], []
+    score = p.log_prob_and_value
+
+    def watched(o, sample):
+        logp, ent, v = score(o, sample)
+        logp.register_hook(grads.append)
+        # the minibatch's rows are shuffled: which batch row each one is
+        order.append([int((sample[i] == out.extras["sample"]).flatten(1).all(1).nonzero()) for i in range(len(sample))])
+        return logp, ent, v
+
+    p.log_prob_and_value = watched
+    # rows 0-1: only the first action has an advantage; rows 2-3: both do, but in row 3
+    # the chunk was cut after its first action (the episode ended)
+    adv = np.array([[1.0, 0.0], [-1.0, 0.0], [0.5, 2.0], [0.5, 2.0]], np.float32)
+    batch = {"obs/state": obs["state"].numpy(), Col.SAMPLE: out.extras["sample"].numpy(),
+             Col.LOG_PROB: out.extras["log_prob"].numpy(), Col.VALUE: out.extras["value"].numpy(),
+             Col.CHUNK_STEPS: np.array([2, 2, 2, 1]), "advantage": adv, "return": np.zeros((4, 2), np.float32)}  # fmt: skip
+    algo.update(batch)
+    g = torch.zeros(4, 2, 3)
+    g[order[0]] = grads[0].reshape(4, 2, 3)  # (rows, action, dim) in batch order
+    assert (g[:2, 1] == 0).all() and (g[:2, 0] != 0).all()  # no advantage, no gradient
+    assert (g[3, 1] == 0).all() and (g[2, 1] != 0).all()  # an action that never ran: none
+    # at ratio 1 the gradient of -A * ratio on an element is -A / (number of weighted elements)
+    weighted = 3 * (2 + 2 + 2 + 1)
+    torch.testing.assert_close(g[0, 0], torch.full((3,), -1.0 / weighted))
+    torch.testing.assert_close(g[2, 1], torch.full((3,), -2.0 / weighted))
+
+
 def test_critic_warm_up_trains_the_value_head_alone_then_the_policy():
     from rlinf_user.algorithms.base import build_algorithm
     from rlinf_user.env.spec import Col

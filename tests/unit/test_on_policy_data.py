@@ -220,3 +220,73 @@ def test_per_step_decisions_take_the_rows_as_they_are():
     assert rows[Col.STEP].tolist() == [0, 0]
     rows = d.add(cols, np.ones(3, bool), np.ones(3, bool))
     assert rows[Col.STEP].tolist() == [1, 0, 1] and d.close_all() is None
+
+
+def _as_chunks(per_step: dict, starts: list[int], h: int) -> dict:
+    """The rows of ``per_step`` (one env, steps in order) grouped into chunks that begin at
+    ``starts``: action-level rows (values per action, each action's reward, how many ran)."""
+    n = len(per_step[Col.REWARD])
+    ends = [*starts[1:], n]
+    rows = {k: [] for k in (Col.STEP_REWARDS, Col.VALUE, Col.CHUNK_STEPS)}
+    pick = [e - 1 for e in ends]  # the row's flags and next observation: its last step's
+    out = {k: v[pick].copy() for k, v in per_step.items()}
+    for s, e in zip(starts, ends):
+        sr, val = np.zeros(h, np.float32), np.zeros(h, np.float32)
+        sr[: e - s], val[: e - s] = per_step[Col.REWARD][s:e], per_step[Col.VALUE][s:e]
+        rows[Col.STEP_REWARDS].append(sr)
+        rows[Col.VALUE].append(val)
+        rows[Col.CHUNK_STEPS].append(e - s)
+    out.update({k: np.asarray(v) for k, v in rows.items()})
+    out[Col.STEP] = np.arange(len(starts), dtype=np.int64)
+    out[Col.REWARD] = out[Col.STEP_REWARDS].sum(1)
+    return out
+
+
+def test_action_level_gae_is_per_step_gae_over_the_actions_that_ran():
+    """Chunks of up to 3 actions (an episode ends mid-chunk, then one is truncated and
+    the data ends): with per-action values equal to per-step values, every action's
+    advantage is exactly what per-step GAE gives its step, and nothing past what ran."""
+    from rlinf_user.data.segments import gae_actions
+
+    rng = np.random.default_rng(0)
+    r, v = rng.normal(size=9).round(2), rng.normal(size=9).round(2)
+    term, trunc = [0, 0, 0, 0, 1, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 1, 0]
+    per_step = _rows(0, list(range(9)), r, v, term=term, trunc=trunc)
+    want, want_ret = gae(per_step, lambda c: np.full(len(c["obs/state"]), 0.4), 0.9, 0.8)
+    # chunks: [0,1,2], [3,4] (the episode ends at 4), [5,6,7] (truncated at 7), [8]
+    chunks = _as_chunks(per_step, [0, 3, 5, 8], 3)
+    asked = []
+
+    def value_fn(c):  # per-action values of the next observation: the first one bootstraps
+        asked.extend(c["obs/state"][:, 0].tolist())
+        return np.tile([0.4, -5.0, -5.0], (len(c["obs/state"]), 1))
+
+    adv, ret = gae_actions(chunks, value_fn, 0.9, 0.8)
+    ran = np.arange(3)[None] < chunks[Col.CHUNK_STEPS][:, None]
+    np.testing.assert_allclose(adv[ran], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ret[ran], want_ret, rtol=1e-5, atol=1e-6)
+    assert not adv[~ran].any() and not ret[~ran].any()
+    assert asked == [107.0, 108.0]  # the truncated chunk's and the last one's next observation
+
+
+def test_action_level_rows_keep_each_actions_reward():
+    from rlinf_user.runtime.chunks import DecisionRows
+
+    rows = DecisionRows(2, per_action=True)
+    rows.width = 3
+
+    def step(reward, closes, done=(0, 0)):
+        cols = {
+            "obs/state": np.zeros((2, 1), np.float32), "next_obs/state": np.zeros((2, 1), np.float32),
+            Col.REWARD: np.asarray(reward, np.float32), Col.TERMINATED: np.asarray(done, np.float32),
+            Col.TRUNCATED: np.zeros(2, np.float32),
+        }  # fmt: skip
+        return rows.add(cols, np.ones(2, bool), np.asarray(closes, bool))
+
+    assert step([1, 10], [0, 0]) is None
+    out = step([2, 20], [1, 0], done=(1, 0))  # env 0's episode ends after 2 of 3 actions
+    np.testing.assert_array_equal(out[Col.STEP_REWARDS], [[1, 2, 0]])
+    assert out[Col.CHUNK_STEPS].tolist() == [2] and out[Col.REWARD].tolist() == [3]
+    out = step([5, 30], [1, 1])
+    np.testing.assert_array_equal(out[Col.STEP_REWARDS], [[5, 0, 0], [10, 20, 30]])
+    assert out[Col.CHUNK_STEPS].tolist() == [1, 3]
