@@ -23,7 +23,7 @@ from gymnasium.envs.registration import EnvSpec
 from rlinf_user.edge.client import EdgeClient, EdgeRefused, EdgeTimeout
 from rlinf_user.edge.protocol import Message
 from rlinf_user.env.base import ContractEnv
-from rlinf_user.env.contract import ActionSpec, make_observation
+from rlinf_user.env.contract import ActionSpec, check_action, make_observation
 from rlinf_user.env.tasks import make_task
 from rlinf_user.netem import EmulatedLink, LinkSpec
 
@@ -195,6 +195,7 @@ class RemoteRobotEnv(ContractEnv):
         :meth:`step` calls read what the robot did instead of commanding it."""
         if not self.stream_chunks or self._lost:
             return
+        actions = np.stack([check_action(a) for a in actions])  # as step() takes each: finite, clipped
         try:
             ack = self.client.chunk(actions, start_tick=self._tick, blend=self.blend, observe=True,
                                     timeout_s=self.step_timeout_s)  # fmt: skip
