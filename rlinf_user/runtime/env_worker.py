@@ -116,6 +116,7 @@ class EnvWorker:
         self.obs = self.envs.reset(seeds=self._group_seeds()) if self.group_size else self.envs.reset(seed=seed)
         self.chunks = ChunkQueue(num)
         self.planners: list = [None] * num  # robot envs that run whole chunks (see attach)
+        self.to_plan: dict[int, np.ndarray] = {}  # new chunks for them, sent once this step's actor is known
         self.lookahead = 0  # steps left in a chunk when the next one is asked for
         credit_per_action = cfg.algo.get("credit", "chunk") == "action"
         self.decisions = DecisionRows(num, credit_per_action) if self.on_policy else None  # on-policy: a row per chunk
@@ -214,7 +215,15 @@ class EnvWorker:
         for j, i in enumerate(rows):  # robots behind the edge run the whole chunk themselves
             if self.planners[i] is not None and self.chunks.length[i] > 1:
                 chunk = np.asarray(actions[j], np.float32).reshape(-1, np.shape(actions)[-1])
-                self.planners[i].plan(self.adapter.env_action(self.spec.expand_action(chunk)))
+                self.to_plan[i] = self.adapter.env_action(self.spec.expand_action(chunk))
+
+    def _plan(self, taken_over: np.ndarray) -> None:
+        """Hand the new chunks to their robots, after the person's decision: a chunk never
+        reaches the edge for an env the person is driving this step."""
+        for i, chunk in list(self.to_plan.items()):
+            if not taken_over[i]:
+                self.planners[i].plan(chunk)
+        self.to_plan.clear()
 
     def _act(self, obs: dict[str, Any], random: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """This step's contract actions for every env and the on-policy extras; sets
@@ -296,6 +305,7 @@ class EnvWorker:
                     actions[0], flags[0] = d.action, d.intervention
                     if d.intervention:
                         self._unplan([0])  # the person's action replaces the robot's schedule
+            self._plan(flags)
             groups = None
             reset_seeds = None
             if self.group_size:

@@ -115,11 +115,12 @@ class HGDaggerSession:
         while True:
             self.subscriber.poll()  # never blocks: new weights are applied between steps
             streaming = bool(lookahead and planner.streaming)
+            fresh = None  # a new chunk for the edge, sent once the person's decision is known
             if not queue or (streaming and len(queue) <= min(lookahead, horizon - 1)):
                 queue = self.policy_chunk(obs)
                 horizon = len(queue)
                 if lookahead and horizon > 1:
-                    planner.plan(np.stack(queue))
+                    fresh = np.stack(queue)
             pa = queue.pop(0)
             if kind == "dagger" and self.human is not None:
                 self.human(obs, pa)
@@ -133,6 +134,8 @@ class HGDaggerSession:
             d = self.gate.step(pa, cmd, self.device)
             if d.intervention and lookahead and planner.streaming:
                 planner.unplan()  # the person's actions replace the robot's schedule
+            elif fresh is not None and not d.intervention:
+                planner.plan(fresh)  # never while the person drives: no policy tick sneaks in
             paced = not (lookahead and planner.streaming)  # a streamed chunk: the robot sets the pace
             next_obs, reward, terminated, truncated, info = self.env.step(d.action)
             if "applied_action" in info:  # what the robot ran at this tick (streamed chunk)
