@@ -258,17 +258,23 @@ def test_killed_client_mid_episode_robot_holds_within_two_periods(edge, keys):
         [sys.executable, "-c", KILLED_CLIENT, str(edge.port), str(keys["edge_public"]),
          str(keys["client_secret"])], stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert proc.stdout.readline().strip() == "acting"
-    before = telemetry(edge, keys)["watchdog_holds"]
-    time.sleep(0.3)
-    proc.kill()  # SIGKILL: no bye, no clean close
-    proc.wait()
-    time.sleep(5 / HZ + 0.2)
-    t = telemetry(edge, keys)
-    assert t["watchdog_holds"] == before + 1
-    assert t["last_hold"]["idle_periods"] == 2
-    assert t["last_hold"]["after_s"] <= 2 / HZ + 0.005, t["last_hold"]
-    time.sleep(1.2)  # peer timeout: the robot is free for the next client
+    try:
+        assert proc.stdout.readline().strip() == "acting"
+        time.sleep(0.3)
+        before = telemetry(edge, keys)["watchdog_holds"]
+        proc.kill()  # SIGKILL: no bye, no clean close
+        proc.wait()
+        time.sleep(5 / HZ + 0.2)
+        t = telemetry(edge, keys)
+        # one hold for the kill (on a loaded machine the client may also have stalled for
+        # two periods just before it: that hold is the same watchdog at work)
+        assert before + 1 <= t["watchdog_holds"] <= before + 2, (before, t["watchdog_holds"])
+        assert t["last_hold"]["idle_periods"] == 2
+        assert t["last_hold"]["after_s"] <= 2 / HZ + 0.005, t["last_hold"]
+    finally:
+        proc.kill()
+        proc.wait()
+        time.sleep(1.2)  # peer timeout: the robot is free for the next client, whatever happened
     c = client(edge, keys)
     c.hello()
     c.close()
