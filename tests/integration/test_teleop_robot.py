@@ -10,7 +10,6 @@ import pytest
 
 pytest.importorskip("franky")
 pytest.importorskip("franky_sim")
-pytestmark = pytest.mark.wallclock  # the robot's 10 Hz control loop paces these: mostly waiting
 
 from edge_helpers import EdgeProcess, free_ports  # noqa: E402
 
