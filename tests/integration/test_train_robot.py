@@ -42,7 +42,10 @@ def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path, lin
     port = free_ports(2)
     edge = EdgeProcess(
         ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.41", f"control_hz={HZ}",
-         "robot.relative_dynamics_factor=0.5"],
+         # franky-sim's 1 kHz physics is a Python loop: beside the CPU-bound test lane on 2
+         # cores its simulated time can run several times slower than the clock (a CI run saw
+         # a homing outlast the real robot's 30 s limit), so homing gets more wall time here
+         "robot.relative_dynamics_factor=0.5", "robot.home_timeout_s=120"],
         port, tmp_path / "edge.log",
     )  # fmt: skip
     try:
