@@ -68,7 +68,8 @@ class FlowVLAPolicy(Policy):
         if spec.action_dim > cfg.action_dim or spec.state_dim > cfg.state_dim:
             raise ValueError(
                 f"the env's state ({spec.state_dim}) / action ({spec.action_dim}) dims exceed the model's "
-                f"padded widths ({cfg.state_dim} / {cfg.action_dim})"
+                f"padded widths ({cfg.state_dim} / {cfg.action_dim}); a VLA reads cameras and the robot's own state: "
+                "give the env a camera (a ManiSkill env with env.cameras=[...] leaves the objects' poses out of its state)"
             )
         if prompt.vocab_size > self.vocab_size_of(model):
             raise ValueError(f"the tokenizer has {prompt.vocab_size} ids, the model's vocabulary {self.vocab_size_of(model)}")

@@ -9,9 +9,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 MARK="${TEST_MARK:-not hardware and not gpu}"
 LOG="$(mktemp -t wallclock-tests.XXXXXX)"
-.venv/bin/python -m pytest -m "wallclock and ($MARK)" -p no:cacheprovider --durations=10 "$@" >"$LOG" 2>&1 &
+.venv/bin/python -m pytest -m "wallclock and ($MARK)" -p no:cacheprovider "$@" >"$LOG" 2>&1 &
 LANE=$!
-.venv/bin/python -m pytest -m "not wallclock and ($MARK)" --durations=40 "$@"
+.venv/bin/python -m pytest -m "not wallclock and ($MARK)" "$@"
 RC_MAIN=$?
 wait "$LANE"
 RC_WALL=$?

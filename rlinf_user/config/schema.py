@@ -285,6 +285,7 @@ class RunConfig:
     target_success: float | None = None  # stop early once evaluation reaches it
     eval_every_steps: int = 5_000
     eval_episodes: int = 20
+    eval_at_start: bool = False  # evaluate the starting policy too (a checkpoint's success before fine-tuning)
     checkpoint_every_steps: int = 10_000
     keep_checkpoints: int = 3  # the newest N learner checkpoints stay (plus best.pt); 0: all
     publish_every_updates: int = 50

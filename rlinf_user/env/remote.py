@@ -50,6 +50,7 @@ class RemoteRobotEnv(ContractEnv):
         self._streaming = False  # an observed chunk is running: steps read its observations
         self._applied: np.ndarray | None = None  # what the robot ran at the current obs' tick
         self._tick: int | None = None  # the control tick of the current observation
+        self.stream_gaps = 0  # streamed observations that did not follow their predecessor's tick
         task_options = dict(task_options)
         # home the robot every N-th reset only (others start where the arm is): resets are
         # the slow part of real-robot data collection
@@ -232,6 +233,17 @@ class RemoteRobotEnv(ContractEnv):
             self._streaming = False
             return self._last_obs, 0.0, False, {"success": False, "edge_lost": True, "truncate": True}
         info = {}
+        tick = msg.body.get("tick")
+        if msg.body.get("stream") and self._tick is not None and tick is not None and tick != self._tick + 1:
+            # ticks lost between the edge and here (a full socket queue dropped them): this
+            # transition spans more than one control period, so it is flagged, and steps
+            # command the robot one action at a time until the next chunk
+            self.stream_gaps += 1
+            info["stream_gap"] = int(tick - self._tick - 1)
+            log.warning("streamed ticks %d-%d never arrived: stepping one action at a time until the next chunk",
+                        self._tick + 1, tick - 1)  # fmt: skip
+            self.client.end_stream()
+            self._streaming = False
         if msg.body.get("stream"):
             # this obs ends the transition that began at the previous one, whose tick ran
             # ``self._applied`` (nothing: the robot held); this tick's action starts the next
@@ -245,7 +257,7 @@ class RemoteRobotEnv(ContractEnv):
             self._applied = None
         reward, terminated, success = self.task.evaluate(msg.arrays["state"], msg.body)
         self._last_obs = self._obs(msg)
-        self._tick = msg.body.get("tick")
+        self._tick = tick
         info.update(success=success, edge_tick=self._tick)
         if msg.body.get("breaches"):
             info["safety"] = list(msg.body["breaches"])

@@ -491,16 +491,24 @@ class EnvWorker:
         the learner, and again when a learner was restarted (unsent chunks follow)."""
         self.out.set_sink(sink)
 
+    def sync_weights(self) -> int:
+        """Apply the newest published weights now; their version."""
+        if self.weights is None:
+            return -1
+        self.weights.sync()
+        return self.weights.version
+
     def evaluate(
-        self, num_episodes: int, record_video: bool = False, weights_above: float | None = None
+        self, num_episodes: int, record_video: bool = False, weights_above: float | None = None, sync: bool = True
     ) -> dict[str, Any]:
-        """Deterministic-policy episodes (on this worker's own envs) with the latest weights.
-        With ``weights_above``: a success rate above it returns the evaluated weights too
-        (``policy_state``), so the run can keep exactly the policy that scored it."""
+        """Deterministic-policy episodes (on this worker's own envs) with the latest weights
+        (``sync=False``: with the weights it holds). With ``weights_above``: a success rate
+        above it returns the evaluated weights too (``policy_state``), so the run can keep
+        exactly the policy that scored it."""
         from rlinf_user.evaluation import evaluate_policy
 
         policy = self._local_policy()
-        if self.weights is not None:
+        if self.weights is not None and sync:
             self.weights.sync()
         if not hasattr(self.envs, "envs"):
             raise RuntimeError("evaluation needs a worker built with num_envs=1")

@@ -39,6 +39,17 @@ class Schedule:
         self.next_ckpt = p.env_steps + cfg.checkpoint_every_steps
         self.last_report, self.last_steps, self.last_updates, self.last_t = 0.0, p.env_steps, p.updates, time.monotonic()
         self.eval_call = None
+        self.eval_steps = None  # env steps when the running evaluation began (None: book it at now's)
+        if cfg.get("eval_at_start", False) and not cfg.resume and tr.eval_worker is not None:
+            # the starting policy (fresh, or the checkpoint being fine-tuned): the evaluation
+            # worker takes it before the first update can replace it, and is evaluated while
+            # the first rollouts run
+            import ray
+
+            version = ray.get(tr.eval_worker.sync_weights.remote())
+            log.info("evaluating the starting policy (version %d)", version)
+            self.eval_call = tr.eval_worker.evaluate.remote(cfg.eval_episodes, False, -1.0, False)
+            self.eval_steps = p.env_steps
 
     def wall(self) -> float:
         return time.monotonic() - self.t_start
@@ -49,7 +60,8 @@ class Schedule:
 
         ref, self.eval_call = self.eval_call, None
         try:
-            self.tr.record.record_eval(ray.get(ref), self.wall(), self.tr.spec)
+            steps, self.eval_steps = self.eval_steps, None
+            self.tr.record.record_eval(ray.get(ref), self.wall(), self.tr.spec, steps)
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
             log.error("evaluation failed (%s); the next one runs on a fresh worker", root_cause(err))
             self.tr._replace_eval_worker()
@@ -62,6 +74,7 @@ class Schedule:
         if self.eval_call is None and p.env_steps >= self.next_eval and tr.eval_worker is not None:
             self.next_eval += cfg.eval_every_steps
             self.eval_call = tr.eval_worker.evaluate.remote(cfg.eval_episodes, False, p.best_eval_success)
+            self.eval_steps = p.env_steps
         if p.env_steps >= self.next_ckpt:
             self.next_ckpt += cfg.checkpoint_every_steps
             tr.learner.save_checkpoint.remote(p.env_steps)

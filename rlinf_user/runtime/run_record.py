@@ -133,14 +133,16 @@ class RunRecord:
             }
         return out
 
-    def record_eval(self, result: dict[str, Any], wall: float, spec) -> None:
+    def record_eval(self, result: dict[str, Any], wall: float, spec, env_steps: int | None = None) -> None:
+        """Book an evaluation; ``env_steps``: the steps trained when it began (default: now)."""
         p = self.progress
+        steps = p.env_steps if env_steps is None else int(env_steps)
         p.eval_success = result["success_rate"]
         if "policy_state" in result and p.eval_success > p.best_eval_success:
-            self._save_best(result, p.env_steps, spec)
+            self._save_best(result, steps, spec)
         p.best_eval_success = max(p.best_eval_success, p.eval_success)
         row = {
-            "env_steps": p.env_steps,
+            "env_steps": steps,
             "wall_seconds": round(wall, 2),
             "updates": p.updates,
             "policy_version": result["policy_version"],
@@ -156,7 +158,7 @@ class RunRecord:
                 writer.writeheader()
             writer.writerow(row)
         self.scalars({"success_rate": row["success_rate"], "mean_return": row["mean_return"]}, "eval")
-        log.info("eval @ %d steps (%.0fs, v%d): success %.2f", p.env_steps, wall, row["policy_version"], p.eval_success)
+        log.info("eval @ %d steps (%.0fs, v%d): success %.2f", steps, wall, row["policy_version"], p.eval_success)
 
     def _save_best(self, result: dict[str, Any], env_steps: int, spec) -> None:
         """The weights that scored the best evaluation so far, exactly as evaluated

@@ -394,6 +394,33 @@ def test_an_observed_chunk_streams_every_tick_while_the_model_computes(edge, key
         env.close()
 
 
+def test_a_lost_streamed_tick_is_flagged_and_steps_go_back_to_single_actions(edge, keys):
+    """A streamed observation that never arrives (a full socket queue dropped it) would join
+    two control periods into one transition: the step after the gap says how many ticks
+    were lost, and the env commands the robot itself until the next chunk."""
+    env = remote_env(edge, keys, stream_chunks=True, blend=0, max_episode_steps=200)
+    try:
+        env.reset(seed=0)
+        a = np.zeros((30, 7), np.float32)
+        a[:, 0] = 0.2
+        env.plan(a)
+        _, _, _, _, info = env.step(np.zeros(7, np.float32))
+        assert env.streaming and "stream_gap" not in info
+        deadline = time.monotonic() + 5.0
+        while len(env.client.streamed) < 3 and time.monotonic() < deadline:
+            time.sleep(1 / HZ)
+        with env.client._lock:
+            env.client.streamed.popleft()  # lost on the way
+        tick = info["edge_tick"]
+        _, _, _, _, info = env.step(np.zeros(7, np.float32))
+        assert info["stream_gap"] == 1 and info["edge_tick"] == tick + 2 and env.stream_gaps == 1
+        assert not env.streaming
+        _, _, _, _, info = env.step(np.array([0, 0.3, 0, 0, 0, 0, 0], np.float32))  # an act again
+        assert "applied_action" not in info and "stream_gap" not in info
+    finally:
+        env.close()
+
+
 def test_an_env_worker_streams_a_chunk_policys_chunks_and_records_what_ran(edge, keys):
     """The training side end to end: an env worker with a chunk policy (pi0, chunks of 12)
     on the robot env hands each chunk to the daemon, asks for the next one while the last

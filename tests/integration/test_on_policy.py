@@ -185,3 +185,42 @@ def test_a_data_parallel_learner_trains_on_shards_and_its_replicas_stay_identica
     stats = summary["replay"]
     assert p.env_steps == 240 and stats["updates"] == 3 == p.updates and stats["rows_trained"] == 240
     assert summary["learner_replicas"] == {"count": 2, "weights_identical": True}
+
+
+def test_ppo_fine_tunes_a_pi0_checkpoint_folder_in_maniskill(tmp_path, ray_runtime):
+    """``train --sim maniskill algo=ppo policy=pi0 policy.checkpoint=<folder>``: a pi0 folder in
+    openpi's layout (a tiny one, written here) is where PPO on ManiSkill PushCube (its camera,
+    and the robot's own state: 32 wide at most, like a real pi0's) starts. The
+    run's checkpoint holds the folder's frozen VLM weights bit for bit, and its action expert
+    has moved from the folder's."""
+    pytest.importorskip("mani_skill")
+    import torch
+
+    from rlinf_user.policies.pi0_checkpoint import NormStats, load_pi0, save_openpi
+    from rlinf_user.policies.pi0_model import Pi0Config, Pi0Model
+
+    torch.manual_seed(0)
+    stats = {k: NormStats(np.zeros(32, np.float32), np.ones(32, np.float32)) for k in ("state", "actions")}
+    folder = save_openpi(Pi0Model(Pi0Config.tiny(horizon=4)), tmp_path / "pi0_folder", stats)
+    cfg = compose_config(
+        ["env.task=PushCube-v1", "env.cameras=[base_camera]", "algo=ppo", "policy=pi0", f"policy.checkpoint={folder}", "algo.num_steps=16",
+         "algo.num_minibatches=2", "algo.critic_warmup_updates=1", "placement.num_env_workers=1",
+         "placement.envs_per_worker=2", "total_env_steps=64", "eval_every_steps=64", "eval_episodes=1",
+         "checkpoint_every_steps=64", f"run_root={tmp_path}", "run_name=pi0", "progress=false"],
+        sim="maniskill",
+    )  # fmt: skip
+    validate(cfg)
+    run_dir, p, summary = run(cfg)
+    assert p.env_steps == 64 and p.updates == 2 and summary["final_eval_success"] is not None
+    ckpt = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
+    trained = torch.load(ckpt, weights_only=True)["agent"]["policy"]
+    start, _ = load_pi0(folder)
+    same, moved = [], []
+    for key, value in start.state_dict().items():
+        match = [k for k in trained if k.endswith("model." + key)]
+        if len(match) != 1:
+            continue
+        (same if torch.equal(trained[match[0]], value) else moved).append(key)
+    assert len(same) > 10, f"the run's weights do not match the folder's keys: {list(trained)[:5]}"
+    assert not [k for k in moved if "paligemma_with_expert.paligemma." in k], moved[:5]  # the VLM is frozen
+    assert [k for k in moved if "gemma_expert" in k], "PPO left the action expert at the folder's weights"
