@@ -493,6 +493,7 @@ class EnvWorker:
 
     def sync_weights(self) -> int:
         """Apply the newest published weights now; their version."""
+        self._local_policy()
         if self.weights is None:
             return -1
         self.weights.sync()

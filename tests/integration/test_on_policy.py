@@ -48,7 +48,13 @@ def run(cfg):
 
 @pytest.mark.parametrize("served", [False, True], ids=["policy-in-worker", "rollout-server"])
 def test_sync_ppo_rounds_use_exactly_the_newest_policy(tmp_path, ray_runtime, served):
-    run_dir, p, summary = run(on_policy_cfg(tmp_path, "ppo", f"placement.rollout.enabled={str(served).lower()}"))
+    run_dir, p, summary = run(on_policy_cfg(tmp_path, "ppo", f"placement.rollout.enabled={str(served).lower()}",
+                                            "eval_at_start=true"))  # fmt: skip
+    # eval_at_start: the starting policy is evaluated, booked at 0 steps; later evaluations
+    # are booked at the steps they began at, with the version they evaluated
+    assert p.history[0]["env_steps"] == 0 and p.history[0]["policy_version"] == 0, p.history
+    steps = [h["env_steps"] for h in p.history]
+    assert steps == sorted(steps) and steps[1] >= 400 and steps[-1] == 800, p.history
     if served:  # the server answered every training step, with the log-probs and values PPO needs
         assert summary["rollout_server"]["rows"] >= 800 and summary["rollout_restarts"] == 0
     rounds = 800 // (2 * 2 * 20)
