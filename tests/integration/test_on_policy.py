@@ -39,6 +39,20 @@ def on_policy_cfg(tmp_path, algo="ppo", *extra):
     return cfg
 
 
+def vla_ppo_cfg(tmp_path, sim, workers, steps, *extra):
+    """PPO of a VLA for ``steps`` env steps: ``workers`` x 2 envs, 16 steps per env a round,
+    a critic warm-up update first, an evaluation and a checkpoint every half."""
+    cfg = compose_config(
+        ["algo=ppo", "algo.num_steps=16", "algo.num_minibatches=2", "algo.critic_warmup_updates=1",
+         f"placement.num_env_workers={workers}", "placement.envs_per_worker=2", f"total_env_steps={steps}",
+         f"eval_every_steps={steps // 2}", f"checkpoint_every_steps={steps // 2}", "buffer.chunk_steps=16",
+         f"run_root={tmp_path}", "run_name=vla", "progress=false", *extra],
+        sim=sim,
+    )  # fmt: skip
+    validate(cfg)
+    return cfg
+
+
 def run(cfg):
     run_dir = create_run_dir(cfg)
     with Trainer(cfg, run_dir) as trainer:
@@ -165,15 +179,7 @@ def test_a_chunk_policy_trains_on_one_row_per_chunk(tmp_path, ray_runtime, polic
     log-probs) through the runtime: every synchronous round updates once, on rows that are
     whole chunks, from exactly the newest policy; with action-level credit each row carries
     its actions' rewards and the learner's GAE runs over single actions."""
-    cfg = compose_config(
-        ["algo=ppo", *policy, "policy.horizon=4", "algo.num_steps=16", "algo.num_minibatches=2",
-         "algo.critic_warmup_updates=1", "placement.num_env_workers=2", "placement.envs_per_worker=2",
-         "total_env_steps=256", "eval_every_steps=128", "eval_episodes=2", "checkpoint_every_steps=128",
-         "buffer.chunk_steps=16", f"run_root={tmp_path}", "run_name=vla", "progress=false"],
-        sim="reach",
-    )  # fmt: skip
-    validate(cfg)
-    _, p, summary = run(cfg)
+    _, p, summary = run(vla_ppo_cfg(tmp_path, "reach", 2, 256, *policy, "policy.horizon=4", "eval_episodes=2"))
     stats = summary["replay"]
     rounds = 256 // (2 * 2 * 16)
     assert p.env_steps == 256 and stats["updates"] == rounds == p.updates
@@ -208,15 +214,8 @@ def test_ppo_fine_tunes_a_pi0_checkpoint_folder_in_maniskill(tmp_path, ray_runti
     torch.manual_seed(0)
     stats = {k: NormStats(np.zeros(32, np.float32), np.ones(32, np.float32)) for k in ("state", "actions")}
     folder = save_openpi(Pi0Model(Pi0Config.tiny(horizon=4)), tmp_path / "pi0_folder", stats)
-    cfg = compose_config(
-        ["env.task=PushCube-v1", "env.cameras=[base_camera]", "algo=ppo", "policy=pi0", f"policy.checkpoint={folder}", "algo.num_steps=16",
-         "algo.num_minibatches=2", "algo.critic_warmup_updates=1", "placement.num_env_workers=1",
-         "placement.envs_per_worker=2", "total_env_steps=64", "eval_every_steps=64", "eval_episodes=1",
-         "checkpoint_every_steps=64", f"run_root={tmp_path}", "run_name=pi0", "progress=false"],
-        sim="maniskill",
-    )  # fmt: skip
-    validate(cfg)
-    run_dir, p, summary = run(cfg)
+    run_dir, p, summary = run(vla_ppo_cfg(tmp_path, "maniskill", 1, 64, "env.task=PushCube-v1", "env.cameras=[base_camera]",
+                                          "policy=pi0", f"policy.checkpoint={folder}", "eval_episodes=1"))  # fmt: skip
     assert p.env_steps == 64 and p.updates == 2 and summary["final_eval_success"] is not None
     ckpt = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))[-1]
     trained = torch.load(ckpt, weights_only=True)["agent"]["policy"]
