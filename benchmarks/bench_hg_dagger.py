@@ -8,6 +8,9 @@ over when the task stalls (no progress along the pick for 5 steps: hovering, dit
 closing on nothing) and keeps control 8 steps, and 10 hands-off evaluation episodes. The
 learner retrains continuously in a Ray actor.
 
+``--task pi0``: the pick setting with ``policy=pi0`` (the pi0 architecture at its tiny size,
+from the robot state; chunks of 4 actions, the flow-matching loss on the action expert).
+
 ``--task vla``: ``policy=lite_vla`` (real EfficientNet-Lite0 and SmolLM2 weights, 4 VLM
 layers, chunks of 4; the action expert trained) on the language-conditioned visual reach
 ``--sim reach_color`` from its top camera and the instruction: 5 synthetic demonstrations,
@@ -21,6 +24,7 @@ distinct initial state each.
 
     python benchmarks/bench_hg_dagger.py --seeds 0 1 2
     python benchmarks/bench_hg_dagger.py --task vla --seeds 0 1 --rounds 4
+    python benchmarks/bench_hg_dagger.py --task pi0 --seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -46,6 +50,16 @@ TASKS = {
         "round0": "cloned from 2 demos",
         "argv": ["--sim", "gym_hil", "env.kwargs.random_block_position=true", "env.max_episode_steps=50",
                  "hg_dagger.synthetic_demos=2", "hg_dagger.episodes_per_round=8", "teleop.rate_hz=50"],
+    },
+    "pi0": {
+        "name": "hg_dagger_pi0",
+        "title": "HG-DAgger of a tiny pi0 (chunks of 4) on gym_hil pick-cube (random block), synthetic supervisor",
+        "task": "gym_hil PandaPickCube, random block position, state, policy=pi0 (tiny, chunks of 4, action expert "
+                "trained), HG-DAgger (flow-matching BC learner), synthetic supervisor",
+        "round0": "cloned from 2 demos",
+        "argv": ["--sim", "gym_hil", "env.kwargs.random_block_position=true", "env.max_episode_steps=50",
+                 "policy=pi0", "policy.horizon=4", "hg_dagger.synthetic_demos=2", "hg_dagger.episodes_per_round=8",
+                 "teleop.rate_hz=50"],
     },
     "vla": {
         "name": "hg_dagger_vla",
