@@ -12,7 +12,11 @@ p99 latency, and actions/s = batch x H / latency.
 
     python benchmarks/bench_vla.py --sizes tiny small lite --batches 1 8 32
     python benchmarks/bench_vla.py --sizes token --out benchmarks/results/vla_token_chunk_latency.json
-    python benchmarks/bench_vla.py --sizes pi0 --batches 1 8 32 64 --device cuda --dtype bfloat16
+    python benchmarks/bench_vla.py --sizes pi0 --batches 1 8 32 64 --device cuda --dtype bfloat16 \
+        --compile reduce-overhead max-autotune
+
+``--compile MODE``: the same policy again with its denoising step compiled
+(``policy.compile``), side by side with the eager rows; ``warmup_s`` holds the compile time.
 """
 
 from __future__ import annotations
@@ -69,9 +73,11 @@ def measure(policy, b: int, repeats: int, cached: bool, device, stochastic: bool
         if str(device).startswith("cuda"):
             torch.cuda.synchronize()
 
-    for _ in range(2):
+    t0 = time.perf_counter()
+    for _ in range(2):  # warm-up (a compiled step compiles here)
         chunk()
     sync()
+    warmup_s = time.perf_counter() - t0
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -82,7 +88,8 @@ def measure(policy, b: int, repeats: int, cached: bool, device, stochastic: bool
     h = policy.horizon
     return {"batch": b, "kv_cache": cached, "rl_extras": stochastic, "latency_ms_p50": round(float(np.median(ms)), 2),
             "latency_ms_p99": round(float(np.percentile(ms, 99)), 2),
-            "actions_per_s": round(b * h / float(np.median(ms)) * 1e3, 1), "repeats": repeats}  # fmt: skip
+            "actions_per_s": round(b * h / float(np.median(ms)) * 1e3, 1), "repeats": repeats,
+            "warmup_s": round(warmup_s, 1)}  # fmt: skip
 
 
 def main() -> None:
@@ -95,6 +102,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--compile", nargs="*", default=[],
+                    help="also measure with policy.compile=MODE (flow VLAs; an inductor mode or a backend), same weights")
     ap.add_argument("--out", default=str(RESULTS / "vla_chunk_latency.json"))
     args = ap.parse_args()
     import torch
@@ -123,6 +132,14 @@ def main() -> None:
                      "dtype": args.dtype, **measure(policy, b, args.repeats, cached, args.device)}  # fmt: skip
                 print(json.dumps(r), flush=True)
                 rows.append(r)
+        for mode in args.compile if hasattr(policy, "model") else []:  # the same weights, the step compiled
+            policy.model.compile_denoising(mode)
+            for b in args.batches:
+                r = {"size": size, "params_m": round(params / 1e6, 2), "horizon": cfg.horizon, "denoise_steps": steps,
+                     "dtype": args.dtype, "compile": mode, **measure(policy, b, args.repeats, True, args.device)}  # fmt: skip
+                print(json.dumps(r), flush=True)
+                rows.append(r)
+            policy.model._compiled_velocity = None
         if 1 in args.batches:  # an RL rollout's chunk: the stochastic chain, its log-prob and the value
             r = {"size": size, "params_m": round(params / 1e6, 2), "horizon": cfg.horizon, "denoise_steps": steps,
                  "dtype": args.dtype, **measure(policy, 1, args.repeats, True, args.device, stochastic=True)}  # fmt: skip

@@ -73,12 +73,37 @@ def time_embedding(t: torch.Tensor, dim: int, min_period: float, max_period: flo
     return torch.cat([torch.sin(arg), torch.cos(arg)], dim=-1).float()
 
 
+INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 class JointFlowModel(nn.Module):
     """Base class. Subclasses set ``self.cfg`` (``horizon``, ``action_dim``, ``state_dim``,
     ``num_steps``, ``min_period``, ``max_period``), call :meth:`build_suffix` with the
     expert's width, and implement ``embed_prefix``, ``vlm_stack`` and ``expert_stack``."""
 
     cfg: Any
+    _compiled_velocity: Any = None  # set by compile_denoising: the step acting uses
+
+    def compile_denoising(self, how: str) -> None:
+        """``torch.compile`` the denoising step (the expert over the cached prefix), which a
+        chunk runs K times with the same shapes: ``how`` is an inductor mode (``default``,
+        ``reduce-overhead``: CUDA graphs on a GPU, ``max-autotune``) or a dynamo backend
+        (``aot_eager``, ``cudagraphs``). The whole step is one graph (``fullgraph``); each
+        new batch size or prompt length compiles once. Only acting uses it: the learner's
+        passes, which need gradients, run the eager step."""
+        if how not in INDUCTOR_MODES:
+            backends = torch._dynamo.list_backends(exclude_tags=())
+            if how not in backends:
+                raise ValueError(f"policy.compile={how!r}: an inductor mode ({', '.join(INDUCTOR_MODES)}) or a "
+                                 f"torch.compile backend ({', '.join(backends)})")  # fmt: skip
+        kw = {"mode": how} if how in INDUCTOR_MODES else {"backend": how}
+        self._compiled_velocity = torch.compile(self.velocity, fullgraph=True, dynamic=False, **kw)
+
+    def _step(self):
+        """The velocity function for this pass: compiled when acting without gradients."""
+        if self._compiled_velocity is not None and not torch.is_grad_enabled():
+            return self._compiled_velocity
+        return self.velocity
 
     def build_suffix(self, width: int) -> None:
         cfg = self.cfg
@@ -200,7 +225,7 @@ class JointFlowModel(nn.Module):
         for i in range(k):
             if noise_head is None:
                 t = torch.full((state.shape[0],), 1.0 + i * (-1.0 / k), device=state.device)
-                x = x + (-1.0 / k) * self.velocity(cache, pad, state, x, t)
+                x = x + (-1.0 / k) * self._step()(cache, pad, state, x, t)
             else:
                 mean, std = self._transition(cache, pad, state, x, i, k, noise_head)
                 x = mean + std * torch.randn_like(x)
@@ -215,7 +240,7 @@ class JointFlowModel(nn.Module):
         and the noise head's std (0 on padded dims), both over every dim."""
         dt = -1.0 / k
         t = torch.full((state.shape[0],), 1.0 + i * dt, device=state.device)
-        v, feats = self.velocity(cache, pad, state, x, t, features=True)
+        v, feats = self._step()(cache, pad, state, x, t, features=True)
         return x + dt * v, noise_head(feats)
 
     def chain_log_prob(self, cache, pad, state, chain: torch.Tensor, noise_head: NoiseHead) -> tuple[torch.Tensor, torch.Tensor]:

@@ -62,7 +62,8 @@ class FlowVLAPolicy(Policy):
     def __init__(self, spec: EnvSpec, model: JointFlowModel, norm: dict[str, NormStats], prompt: PromptTokenizer,
                  cameras: list[str], default_prompt: str = "", *, num_cameras: int, expert_width: int,
                  finetune: str = "expert", noise_std: tuple[float, float] = (0.08, 0.16),
-                 detach_critic: bool = True, lora_rank: int = 8, value_per_action: bool = False):  # fmt: skip
+                 detach_critic: bool = True, lora_rank: int = 8, value_per_action: bool = False,
+                 compile: str | None = None):  # fmt: skip
         super().__init__(spec)
         cfg = model.cfg
         if spec.action_dim > cfg.action_dim or spec.state_dim > cfg.state_dim:
@@ -97,6 +98,8 @@ class FlowVLAPolicy(Policy):
             self.register_buffer(f"{key}_std", torch.as_tensor(s.std, dtype=torch.float32))
         self.fresh_stats = bool(np.all(norm["state"].mean == 0) and np.allclose(norm["state"].std, 1, atol=1e-5))
         self.set_finetune(finetune, lora_rank)
+        if compile:  # after the adapters: the compiled step is the model as it trains
+            model.compile_denoising(str(compile))
 
     @staticmethod
     def vocab_size_of(model) -> int:
@@ -237,4 +240,4 @@ class FlowVLAPolicy(Policy):
         std = get("noise_std") or (0.08, 0.16)
         return dict(finetune=str(get("finetune") or "expert"), noise_std=(float(std[0]), float(std[1])),
                     detach_critic=bool(get("detach_critic", True)), lora_rank=int(get("lora_rank") or 8),
-                    value_per_action=bool(get("value_per_action", False)))  # fmt: skip
+                    value_per_action=bool(get("value_per_action", False)), compile=get("compile"))  # fmt: skip

