@@ -63,14 +63,26 @@ def test_teleop_records_a_robot_episode_through_the_edge(tmp_path, capsys):
 
 
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize("policy", [[], ["policy=pi0", "policy.horizon=5"]], ids=["mlp", "pi0-chunks"])
+@pytest.mark.parametrize("policy", [[], ["policy=pi0", "policy.horizon=5"]], ids=["mlp", "pi0-folder-chunks"])
 def test_hg_dagger_on_the_robot_through_the_edge(tmp_path, capsys, policy):
     """Record a demonstration, then an HG-DAgger session on the same edge: the policy
     drives franky-sim, a replayed keyboard holds the deadman and corrects for a while,
     and the session's episodes carry who acted and which policy version was running.
-    With a chunk policy (pi0, chunks of 5) the hands-off episodes stream whole chunks to
-    the daemon and the corrected ones go back to single actions."""
+    With a chunk policy (pi0 from a folder in openpi's layout, chunks of 5) the hands-off
+    episodes stream whole chunks to the daemon, the corrected ones go back to single
+    actions, and the learner trains the folder's action expert (its VLM kept as loaded)."""
     import json
+
+    import torch
+
+    if policy:
+        from rlinf_user.policies.pi0_checkpoint import NormStats, save_openpi
+        from rlinf_user.policies.pi0_model import Pi0Config, Pi0Model
+
+        torch.manual_seed(0)
+        stats = {k: NormStats(np.zeros(32, np.float32), np.ones(32, np.float32)) for k in ("state", "actions")}
+        folder = save_openpi(Pi0Model(Pi0Config.tiny(horizon=5)), tmp_path / "pi0_folder", stats)
+        policy = [*policy, f"policy.checkpoint={folder}"]
 
     port = free_ports(2)
     edge = EdgeProcess(
@@ -115,5 +127,14 @@ def test_hg_dagger_on_the_robot_through_the_edge(tmp_path, capsys, policy):
     assert summary["learner"]["corrections"] > 0 and summary["error"] is None
     if policy:  # the two hands-off episodes (25 steps each) ran as streamed chunks
         assert chunks["received"] >= 2 * 25 / 5 and chunks["refused_steps"] == 0, chunks
+        from rlinf_user.policies.pi0_checkpoint import load_pi0
+
+        trained = torch.load(tmp_path / "runs" / "robot" / "policy.pt", weights_only=True)
+        trained = trained.get("policy", trained)
+        start = load_pi0(folder)[0].state_dict()
+        vlm = [k for k in start if k.startswith("paligemma_with_expert.paligemma.")]
+        expert = [k for k in start if k.startswith("paligemma_with_expert.gemma_expert.")]
+        assert all(torch.equal(trained["model." + k], start[k]) for k in vlm)  # loaded, and frozen
+        assert any(not torch.equal(trained["model." + k], start[k]) for k in expert)  # trained
     else:
         assert chunks["received"] == 0
