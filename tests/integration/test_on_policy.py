@@ -128,18 +128,28 @@ def test_grpo_groups_start_from_one_seed_and_train_on_complete_groups(tmp_path, 
     assert summary["final_eval_success"] is not None  # the evaluation worker has no groups
 
 
+# the pi0 architecture (tiny, random init) acting one action a chunk, Flow-Noise PPO over its
+# whole model: benchmark bench_on_policy.py --policy pi0 (seeds 0-2)
+PI0_FROM_SCRATCH = ["policy=pi0", "policy.horizon=1", "policy.noise_std=[0.2,0.5]", "policy.finetune=full",
+                    "algo.lr=1e-3", "algo.value_lr=1e-3"]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("algo", "threshold", "budget", "extra"),
     # GRPO's per-step baseline (gamma 0.9) scores ~10 steps of hovering: reach's bonus of 10 beats it
-    [("ppo", 0.9, 60_000, []), ("grpo", 0.9, 100_000, [])],
-)
+    [("ppo", 0.9, 60_000, ["policy=gaussian_ac"]), ("grpo", 0.9, 100_000, ["policy=gaussian_ac"]),
+     ("ppo", 0.8, 56_000, PI0_FROM_SCRATCH)],
+    ids=["ppo", "grpo", "ppo-pi0"],
+)  # fmt: skip
 def test_on_policy_learning_reaches_a_success_threshold_on_distinct_goals(
     tmp_path, ray_runtime, algo, threshold, budget, extra
 ):
     """Learning, not loss: PPO and GRPO (2 workers x 8 envs, seed 0) must reach the stated
-    evaluation success over 50 goals drawn from seeds training never uses."""
+    evaluation success over 50 goals drawn from seeds training never uses, from a starting
+    policy (evaluated first) that reaches at most 10% of them; PPO with the Gaussian
+    actor-critic, and Flow-Noise PPO of a flow VLA (the pi0 architecture)."""
     cfg = compose_config(
-        [f"algo={algo}", "policy=gaussian_ac", "placement.num_env_workers=2", "placement.envs_per_worker=8", *extra,
+        [f"algo={algo}", "placement.num_env_workers=2", "placement.envs_per_worker=8", *extra, "eval_at_start=true",
          f"total_env_steps={budget}", "eval_every_steps=8000", "eval_episodes=50", f"target_success={threshold}",
          "seed=0", f"run_root={tmp_path}", "run_name=learn", "progress=false"],
         sim="reach",
@@ -147,6 +157,7 @@ def test_on_policy_learning_reaches_a_success_threshold_on_distinct_goals(
     validate(cfg)
     _, p, summary = run(cfg)
     print(f"{algo} reach learning:", json.dumps(p.history))
+    assert p.history[0]["policy_version"] == 0 and p.history[0]["success_rate"] <= 0.1, p.history
     assert summary["best_eval_success"] >= threshold, p.history
 
 
