@@ -62,7 +62,9 @@ class Pi0Policy(FlowVLAPolicy):
             size = str(get("size") or "tiny")
             if size not in ("tiny", "small", "pi0"):
                 raise ValueError(f"policy.size={size!r}: tiny, small or pi0 (or set policy.checkpoint=<folder>)")
-            cfg = getattr(Pi0Config, size)(**over)
+            # a fresh model's state projection is as wide as the env needs (a checkpoint's is
+            # its own: real pi0 reads 32 dims)
+            cfg = getattr(Pi0Config, size)(state_dim=max(Pi0Config.state_dim, spec.state_dim), **over)
             model = Pi0Model(cfg)
             norm = {"state": identity_stats(cfg.state_dim), "actions": identity_stats(cfg.action_dim)}
         cameras = list(get("cameras") or sorted(spec.cameras))[: model.cfg.num_cameras]

@@ -127,3 +127,13 @@ def test_a_compiled_denoising_step_acts_as_the_eager_one():
     assert any(p.grad is not None for p in compiled.model.parameters())
     with pytest.raises(ValueError, match=r"policy.compile='fast': an inductor mode \(default, reduce-overhead"):
         policy("policy.compile=fast")
+
+
+def test_a_fresh_model_reads_a_state_wider_than_pi0s():
+    """pi0 checkpoints read 32 state dims; a model built fresh (``policy.size``) widens its
+    state projection to the env's (ManiSkill's state-only PushCube has 35)."""
+    spec = EnvSpec(state_dim=35)
+    p = build_policy(compose_config(["policy=pi0"]).policy, spec).eval()
+    assert p.model.cfg.state_dim == 35
+    o = obs_to_torch({"state": np.zeros((2, 35), np.float32), "images": {}})
+    assert p.act(o).actions.shape == (2, 4, 7)
