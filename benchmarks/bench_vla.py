@@ -139,7 +139,7 @@ def main() -> None:
                      "dtype": args.dtype, "compile": mode, **measure(policy, b, args.repeats, True, args.device)}  # fmt: skip
                 print(json.dumps(r), flush=True)
                 rows.append(r)
-            policy.model._compiled_velocity = None
+            policy.model.compile_denoising(None)
         if 1 in args.batches:  # an RL rollout's chunk: the stochastic chain, its log-prob and the value
             r = {"size": size, "params_m": round(params / 1e6, 2), "horizon": cfg.horizon, "denoise_steps": steps,
                  "dtype": args.dtype, **measure(policy, 1, args.repeats, True, args.device, stochastic=True)}  # fmt: skip

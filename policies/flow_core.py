@@ -84,13 +84,16 @@ class JointFlowModel(nn.Module):
     cfg: Any
     _compiled_velocity: Any = None  # set by compile_denoising: the step acting uses
 
-    def compile_denoising(self, how: str) -> None:
+    def compile_denoising(self, how: str | None) -> None:
         """``torch.compile`` the denoising step (the expert over the cached prefix), which a
         chunk runs K times with the same shapes: ``how`` is an inductor mode (``default``,
         ``reduce-overhead``: CUDA graphs on a GPU, ``max-autotune``) or a dynamo backend
         (``aot_eager``, ``cudagraphs``). The whole step is one graph (``fullgraph``); each
         new batch size or prompt length compiles once. Only acting uses it: the learner's
-        passes, which need gradients, run the eager step."""
+        passes, which need gradients, run the eager step. ``None``: eager again."""
+        if how is None:
+            self._compiled_velocity = None
+            return
         if how not in INDUCTOR_MODES:
             backends = torch._dynamo.list_backends(exclude_tags=())
             if how not in backends:

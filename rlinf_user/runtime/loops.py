@@ -48,8 +48,13 @@ class Schedule:
 
             version = ray.get(tr.eval_worker.sync_weights.remote())
             log.info("evaluating the starting policy (version %d)", version)
-            self.eval_call = tr.eval_worker.evaluate.remote(cfg.eval_episodes, False, -1.0, False)
-            self.eval_steps = p.env_steps
+            self._start_eval(sync=False)
+
+    def _start_eval(self, sync: bool = True) -> None:
+        """Start an evaluation (``sync=False``: of the weights the evaluation worker holds)."""
+        tr = self.tr
+        self.eval_call = tr.eval_worker.evaluate.remote(tr.cfg.eval_episodes, False, tr.progress.best_eval_success, sync)
+        self.eval_steps = tr.progress.env_steps
 
     def wall(self) -> float:
         return time.monotonic() - self.t_start
@@ -73,8 +78,7 @@ class Schedule:
         p.wall = self.wall()
         if self.eval_call is None and p.env_steps >= self.next_eval and tr.eval_worker is not None:
             self.next_eval += cfg.eval_every_steps
-            self.eval_call = tr.eval_worker.evaluate.remote(cfg.eval_episodes, False, p.best_eval_success)
-            self.eval_steps = p.env_steps
+            self._start_eval()
         if p.env_steps >= self.next_ckpt:
             self.next_ckpt += cfg.checkpoint_every_steps
             tr.learner.save_checkpoint.remote(p.env_steps)

@@ -79,11 +79,11 @@ class RunRecord:
             return
         self._tb = SummaryWriter(str(self.run_dir / "tb"))
 
-    def scalars(self, values: dict[str, float], prefix: str) -> None:
+    def scalars(self, values: dict[str, float], prefix: str, step: int | None = None) -> None:
         if self._tb is None:
             return
         for k, v in values.items():
-            self._tb.add_scalar(f"{prefix}/{k}", v, self.progress.env_steps)
+            self._tb.add_scalar(f"{prefix}/{k}", v, self.progress.env_steps if step is None else step)
 
     def book_rollout(self, r: dict[str, Any], supervised_worker: bool) -> None:
         """Count a finished rollout call: env steps, episodes, success, interventions."""
@@ -157,7 +157,7 @@ class RunRecord:
             if new:
                 writer.writeheader()
             writer.writerow(row)
-        self.scalars({"success_rate": row["success_rate"], "mean_return": row["mean_return"]}, "eval")
+        self.scalars({"success_rate": row["success_rate"], "mean_return": row["mean_return"]}, "eval", steps)
         log.info("eval @ %d steps (%.0fs, v%d): success %.2f", steps, wall, row["policy_version"], p.eval_success)
 
     def _save_best(self, result: dict[str, Any], env_steps: int, spec) -> None:
