@@ -101,7 +101,10 @@ class RecordLog:
         return sorted(self.dir.glob("seg-*.log"))
 
     def read_all(self, repair: bool = True) -> Iterator[dict[str, np.ndarray]]:
-        """Yield every intact record in order; a torn tail is logged and (optionally) cut."""
+        """Yield every intact record in order; a torn tail is logged and (optionally) cut.
+
+        A reader beside a live bounded writer may find a listed segment already retired
+        (deleted as the oldest); that segment is skipped, as its rows left the buffer."""
         for seg in self.segments():
             self._rows[seg.name] = 0
             try:
@@ -109,6 +112,9 @@ class RecordLog:
                     arrays = decode(payload)
                     self._rows[seg.name] += _rows_of(arrays)
                     yield arrays
+            except FileNotFoundError:  # retired by a bounded writer after we listed it
+                log.debug("replay log %s was retired while being read; skipping it", seg)
+                self._rows.pop(seg.name, None)
             except _Torn as torn:
                 log.warning(
                     "replay log %s: %s at byte %d (a crash mid-write); keeping the %d intact bytes",
