@@ -98,7 +98,7 @@ def _eval_configured_policy(args, console) -> int:
 
 
 def _report(result, out: Path, stem: str, fps: float, args, console, title: str) -> int:
-    from rlinf_user.evaluation import write_video
+    from rlinf_user.evaluation import describe_eval, write_video
     from rlinf_user.rundir import write_json
 
     out.mkdir(parents=True, exist_ok=True)
@@ -108,7 +108,7 @@ def _report(result, out: Path, stem: str, fps: float, args, console, title: str)
     write_json(out / f"{stem}.json", result)
     table = Table(title=f"evaluation of {title}", show_header=False)
     table.add_row("episodes", str(result["episodes"]))
-    table.add_row("success rate", f"{result['success_rate']:.0%}")
+    table.add_row("success rate (95% interval, initial states)", describe_eval(result))
     table.add_row("mean return", f"{result['mean_return']:.3f}")
     if args.video_episodes > 0:
         table.add_row("video", result["video"] or "(no frames: backend cannot render)")

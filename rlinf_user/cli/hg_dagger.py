@@ -136,10 +136,13 @@ def run_hg_dagger(args, console) -> int:
         w.writeheader()
         w.writerows(rows)
     table = Table(title="HG-DAgger session")
-    for col in ("round", "episodes", "intervention rate", "take-overs", "autonomous success"):
+    for col in ("round", "episodes", "intervention rate", "take-overs", "autonomous success (95% interval)"):
         table.add_column(col)
     for r in rounds:
-        auto = "-" if r["autonomous_success"] is None else f"{r['autonomous_success']:.0%} of {r['autonomous_episodes']}"
+        auto = "-"
+        if r["autonomous_success"] is not None:
+            lo, hi = r["autonomous_ci95"]
+            auto = f"{r['autonomous_success']:.0%} ({lo:.0%}-{hi:.0%}) of {r['autonomous_episodes']}"
         rate = "-" if r["intervention_rate"] is None else f"{r['intervention_rate']:.0%}"
         label = f"{r['round']} (demos only)" if r["round"] == 0 and not r["episodes"] else str(r["round"])
         table.add_row(label, str(r["episodes"]), rate, str(r["takeovers"]), auto)

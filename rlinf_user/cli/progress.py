@@ -16,8 +16,8 @@ def progress_table(p: Progress, total_steps: int, title: str) -> Table:
     t.add_row("env steps", f"{p.env_steps:,} / {total_steps:,} ({pct:.0f}%)")
     t.add_row("episodes", f"{p.episodes:,}")
     t.add_row(f"success (last {RECENT_EPISODES} episodes)", f"{p.recent_success:.0%}")
-    t.add_row("eval success (latest / best)",
-              "-" if p.eval_success is None else f"{p.eval_success:.0%} / {p.best_eval_success:.0%}")
+    t.add_row("eval success (latest)", p.eval_detail or "-")
+    t.add_row("eval success (best)", "-" if p.eval_success is None else f"{p.best_eval_success:.0%}")
     t.add_row("env steps/s", f"{p.env_steps_per_s:,.0f}")
     t.add_row("updates (updates/s)", f"{p.updates:,} ({p.updates_per_s:,.0f}/s)")
     t.add_row("policy version", f"{p.version}")

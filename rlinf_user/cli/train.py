@@ -47,6 +47,8 @@ def _pct(v) -> str:
 
 def print_summary(console, s: dict, run_dir) -> None:
     """The end-of-run table: what stopped it, which policy is kept, how to evaluate it."""
+    from rlinf_user.evaluation import describe_eval
+
     console.print()
     table = Table(title="training finished", show_header=False, expand=False)
     table.add_column(style="bold cyan", no_wrap=True)
@@ -55,7 +57,9 @@ def print_summary(console, s: dict, run_dir) -> None:
     table.add_row("env steps / episodes / updates", f"{s['env_steps']:,} / {s['episodes']:,} / {s['updates']:,}")
     table.add_row("wall time", f"{s['wall_seconds'] / 60:.1f} min")
     table.add_row(f"success (last {s.get('recent_episodes', 50)} training episodes)", _pct(s.get("recent_success")))
-    table.add_row(f"final eval (last policy, v{s['policy_version']})", _pct(s["final_eval_success"]))
+    final = s.get("final_eval") or {}
+    table.add_row(f"final eval (last policy, v{s['policy_version']})",
+                  describe_eval(final) if final.get("episodes") else _pct(s["final_eval_success"]))
     best = s.get("best")
     if best:
         table.add_row("kept policy (best evaluation)",

@@ -506,7 +506,7 @@ class EnvWorker:
         (``sync=False``: with the weights it holds). With ``weights_above``: a success rate
         above it returns the evaluated weights too (``policy_state``), so the run can keep
         exactly the policy that scored it."""
-        from rlinf_user.evaluation import evaluate_policy
+        from rlinf_user.evaluation import EVAL_ACCOUNTING, evaluate_policy
 
         policy = self._local_policy()
         if self.weights is not None and sync:
@@ -524,9 +524,8 @@ class EnvWorker:
         if self.supervisor is not None:
             self.supervisor.begin_episode()
         out = {
-            "success_rate": result["success_rate"],
+            **{k: result[k] for k in EVAL_ACCOUNTING},
             "mean_return": result["mean_return"],
-            "episodes": result["episodes"],
             "policy_version": self.weights.version if self.weights is not None else -1,
             "frames": result["frames"],
         }

@@ -38,6 +38,7 @@ class Progress:
     recent_success: float = 0.0
     recent_return: float = 0.0
     eval_success: float | None = None
+    eval_detail: str | None = None  # the latest evaluation in words: rate, interval, states
     best_eval_success: float = 0.0
     env_steps_per_s: float = 0.0
     updates_per_s: float = 0.0
@@ -137,7 +138,10 @@ class RunRecord:
         """Book an evaluation; ``env_steps``: the steps trained when it began (default: now)."""
         p = self.progress
         steps = p.env_steps if env_steps is None else int(env_steps)
+        from rlinf_user.evaluation import describe_eval
+
         p.eval_success = result["success_rate"]
+        p.eval_detail = describe_eval(result)
         if "policy_state" in result and p.eval_success > p.best_eval_success:
             self._save_best(result, steps, spec)
         p.best_eval_success = max(p.best_eval_success, p.eval_success)
@@ -147,6 +151,11 @@ class RunRecord:
             "updates": p.updates,
             "policy_version": result["policy_version"],
             "success_rate": result["success_rate"],
+            "ci95_low": result["success_ci95"][0],
+            "ci95_high": result["success_ci95"][1],
+            "episodes": result["episodes"],
+            "distinct_states": result["distinct_initial_states"],
+            "deterministic_reset": int(result["deterministic_reset"]),
             "mean_return": round(result["mean_return"], 4),
         }
         p.history.append(row)
@@ -158,7 +167,7 @@ class RunRecord:
                 writer.writeheader()
             writer.writerow(row)
         self.scalars({"success_rate": row["success_rate"], "mean_return": row["mean_return"]}, "eval", steps)
-        log.info("eval @ %d steps (%.0fs, v%d): success %.2f", steps, wall, row["policy_version"], p.eval_success)
+        log.info("eval @ %d steps (%.0fs, v%d): success %s", steps, wall, row["policy_version"], p.eval_detail)
 
     def _save_best(self, result: dict[str, Any], env_steps: int, spec) -> None:
         """The weights that scored the best evaluation so far, exactly as evaluated
@@ -172,6 +181,7 @@ class RunRecord:
         state = {
             "policy": result["policy_state"], "version": int(result["policy_version"]), "env_steps": int(env_steps),
             "spec": spec.to_dict(), "eval_success": float(result["success_rate"]), "eval_episodes": int(result["episodes"]),
+            "eval_ci95": list(result["success_ci95"]), "eval_distinct_states": int(result["distinct_initial_states"]),
         }  # fmt: skip
         torch.save(state, tmp)
         os.replace(tmp, path)  # atomic

@@ -160,6 +160,7 @@ class Trainer(Supervision):
     def run(self) -> Progress:
         import ray
 
+        from rlinf_user.evaluation import EVAL_ACCOUNTING
         from rlinf_user.runtime.loops import Schedule, streaming_loop, sync_on_policy_loop
 
         cfg, p = self.cfg, self.progress
@@ -181,6 +182,7 @@ class Trainer(Supervision):
             "policy_version": p.version,
             "wall_seconds": round(p.wall, 1),
             "final_eval_success": final["success_rate"],
+            "final_eval": {k: final.get(k) for k in EVAL_ACCOUNTING},
             "best_eval_success": p.best_eval_success,
             "checkpoint": ckpt,
             "best": self.record.best,

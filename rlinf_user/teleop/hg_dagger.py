@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from rlinf_user.env.spec import obs_to_torch, stack_obs
+from rlinf_user.evaluation import wilson
 from rlinf_user.robots.teleop.command import DeviceDisconnected
 from rlinf_user.teleop.gate import InterventionGate
 from rlinf_user.teleop.record import Pacer, frame_values
@@ -231,6 +232,7 @@ def round_summary(log: list[EpisodeLog]) -> list[dict[str, Any]]:
                 "dagger_success": round(float(np.mean([e.success for e in dag])), 4) if dag else None,
                 "autonomous_success": round(float(np.mean([e.success for e in auto])), 4) if auto else None,
                 "autonomous_episodes": len(auto),
+                "autonomous_ci95": list(wilson(sum(e.success for e in auto), len(auto))) if auto else None,
                 "policy_versions": sorted({e.policy_version for e in log if e.round == r}),
             }
         )

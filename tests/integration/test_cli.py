@@ -1,7 +1,9 @@
 """The command line as a user types it: real subprocesses, real run directories."""
 
+import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +71,14 @@ def test_train_then_eval_writes_results_and_video(tmp_path):
     run_dir = tmp_path / "cli"
     for p in ("config.yaml", "train.log", "checkpoints/latest", "eval/summary.json", "eval/history.csv"):
         assert (run_dir / p).exists(), p
+    # every evaluation says how far to trust it: interval and distinct held-out states
+    final = json.loads((run_dir / "eval" / "summary.json").read_text())["final_eval"]
+    assert final["episodes"] == 2 and final["distinct_initial_states"] == 2 and not final["deterministic_reset"]
+    assert final["success_ci95"][0] <= final["success_rate"] <= final["success_ci95"][1]
+    with open(run_dir / "eval" / "history.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(r["distinct_states"] == "2" and r["episodes"] == "2" for r in rows)
+    assert re.search(r"final eval .*\d+% \(\d+%-\d+%\) over 2 distinct", r.stderr), r.stderr[-2000:]  # end-of-run table
     r = run("eval", str(run_dir), "--episodes", "2", "--video-episodes", "1", "--checkpoint", "latest")
     assert r.returncode == 0, r.stderr[-3000:]
     results = list((run_dir / "eval").glob("eval-ckpt-*.json"))

@@ -1,0 +1,63 @@
+"""Evaluation reports what it measured: a Wilson interval, how many distinct initial
+states it covered, and a deterministic reset as one trial."""
+
+import pytest
+
+from rlinf_user.config.compose import ConfigError, compose_config, validate
+from rlinf_user.env.registry import make_env
+from rlinf_user.env.spec import EnvSpec
+from rlinf_user.evaluation import describe_eval, evaluate_policy, wilson
+from rlinf_user.policies.base import build_policy
+from rlinf_user.runtime import seeds
+
+
+def test_wilson_interval_matches_the_textbook_values():
+    assert wilson(0, 10) == (0.0, 0.2775)  # 0 of 10 is not "0%, certainly"
+    assert wilson(10, 10) == (0.7225, 1.0)
+    lo, hi = wilson(45, 50)
+    assert (lo, hi) == (0.7864, 0.9565) and lo < 0.9 < hi
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+@pytest.fixture
+def reach():
+    cfg = compose_config(["env.max_episode_steps=5"], sim="reach")
+    env = make_env(cfg.env, seed=0)
+    policy = build_policy(cfg.policy, EnvSpec.of_env(env))
+    yield env, policy
+    env.close()
+
+
+def test_a_randomised_task_is_evaluated_over_distinct_held_out_states(reach):
+    env, policy = reach
+    result = evaluate_policy(env, policy, 6)
+    assert result["episodes"] == 6 and result["distinct_initial_states"] == 6
+    assert not result["deterministic_reset"]
+    assert [e["seed"] for e in result["per_episode"]] == [seeds.EVAL_EPISODE_SEED + k for k in range(6)]
+    lo, hi = result["success_ci95"]
+    assert lo <= result["success_rate"] <= hi
+    assert "over 6 distinct initial states" in describe_eval(result)
+    again = evaluate_policy(env, policy, 6)  # the same held-out states every evaluation
+    assert [e["initial_state"] for e in again["per_episode"]] == [e["initial_state"] for e in result["per_episode"]]
+
+
+def test_a_deterministic_reset_is_one_trial_and_said_so(reach):
+    env, policy = reach
+    reset = env.reset
+    env.reset = lambda seed=None, options=None: reset(seed=0)  # a task that ignores the seed
+    result = evaluate_policy(env, policy, 20)
+    assert result["deterministic_reset"] and result["episodes"] == 1 and result["distinct_initial_states"] == 1
+    assert result["success_ci95"] == list(wilson(result["successes"], 1))
+    assert "1 trial: the reset is deterministic" in describe_eval(result)
+
+
+def test_training_streams_never_reach_the_held_out_seeds():
+    top = seeds.MAX_RUN_SEED - 1
+    highest_worker_env = seeds.worker_seed(top, 1023, generation=99) + seeds.ENV_IN_BATCH_STRIDE * 4096
+    assert highest_worker_env < seeds.EVAL_EPISODE_SEED
+    assert top + seeds.DEMO_EPISODE_OFFSET + 1_000_000 < seeds.EVAL_EPISODE_SEED
+    assert seeds.eval_worker_seed(top) < seeds.EVAL_EPISODE_SEED
+    groups = [seeds.group_seed(s, w, g, e) for s in (0, top) for w in (0, 999) for g in (0, 10**6) for e in (0, 10**7)]
+    assert max(groups) < seeds.EVAL_EPISODE_SEED
+    with pytest.raises(ConfigError, match="held-out range"):
+        validate(compose_config([f"seed={seeds.MAX_RUN_SEED}"], sim="reach"))
