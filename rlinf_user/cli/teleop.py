@@ -25,6 +25,24 @@ def open_dataset(cfg, env, robot_type: str):
     return LeRobotWriter(cfg.dataset.root, fps, features, robot_type=robot_type, resume=cfg.dataset.resume, crf=cfg.dataset.crf)
 
 
+def scripted_hand(cfg, env):
+    """``teleop=synthetic``: the task's scripted expert operating a simulated SpaceMouse
+    (HID reports through the real parser), for demonstrations without a person; a sim
+    with no scripted expert is refused by name."""
+    from rlinf_user.robots.teleop.device import QueueSource
+    from rlinf_user.robots.teleop.spacemouse import SpaceMouse
+    from rlinf_user.teleop.synthetic import SpaceMouseHand, SyntheticHuman, synthetic_expert
+
+    if cfg.env.kind != "sim":
+        raise ConfigError("teleop=synthetic drives a simulator's scripted expert; a robot needs a person (teleop=spacemouse)")
+    try:
+        expert = synthetic_expert(cfg.env, env)
+    except ValueError as err:
+        raise ConfigError(f"teleop=synthetic: {err}") from err
+    device = SpaceMouse(QueueSource())
+    return device, SyntheticHuman(SpaceMouseHand(device), expert)
+
+
 def run_teleop(args, console) -> int:
     cfg = compose_config(args.overrides, sim=args.sim, robot=args.robot)
     validate(cfg)
@@ -42,7 +60,12 @@ def run_teleop(args, console) -> int:
         robot_type = args.robot or f"{cfg.env.backend}"
         if not cfg.dataset.root:
             open_dataset(cfg, env, robot_type)  # raises the missing-value error
-        device = open_teleop(cfg.teleop)  # before the dataset: a missing device creates nothing
+        before_step, rate = None, cfg.teleop.rate_hz
+        if cfg.teleop.device == "synthetic":  # a scripted expert on a simulated SpaceMouse
+            device, before_step = scripted_hand(cfg, env)
+            rate = 0.0  # nobody to keep pace with: as fast as the simulator steps
+        else:
+            device = open_teleop(cfg.teleop)  # before the dataset: a missing device creates nothing
         writer = open_dataset(cfg, env, robot_type)
         task = cfg.dataset.task or str(cfg.env.task)
         console.print(
@@ -54,7 +77,7 @@ def run_teleop(args, console) -> int:
             where = f"saved as episode {r.index}" if r.index is not None else "discarded"
             console.print(f"  {r.outcome:<11} {r.steps:>4} steps  {r.seconds:6.1f} s  {where}")
 
-        rec = Recorder(env, device, writer, task, rate_hz=cfg.teleop.rate_hz, on_episode=on_episode)
+        rec = Recorder(env, device, writer, task, rate_hz=rate, on_episode=on_episode, before_step=before_step)
         stats = rec.run(cfg.dataset.episodes, seed=cfg.seed)
     finally:
         if device is not None:

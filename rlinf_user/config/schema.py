@@ -188,7 +188,7 @@ class BufferConfig:
 class TeleopConfig:
     """A teleop device (``configs/teleop/``); fields a device does not use are ignored."""
 
-    device: str = "spacemouse"  # spacemouse | keyboard | gamepad
+    device: str = "spacemouse"  # spacemouse | keyboard | gamepad | synthetic (a scripted expert, sims)
     path: Any = None  # device node / hidraw path; None: the first one found
     replay: str | None = None  # play a recorded device session instead of a live device
     controls: str | None = None  # a second device for episode controls (e.g. keyboard)

@@ -83,6 +83,10 @@ def load_hid_recording(path: str | Path) -> list[tuple[float, bytes]]:
 def make_device(cfg: Any, kind: str | None = None) -> TeleopDevice:
     """A started-ready (not yet started) device for ``cfg.device`` (or ``kind``)."""
     kind = kind or cfg.device
+    if kind == "synthetic":
+        raise ValueError("teleop.device=synthetic records demonstrations with `rlinf-user teleop --sim ...`; "
+                         "a scripted supervisor in train or hg-dagger is intervention.synthetic_human=true "
+                         "or hg_dagger.synthetic_human=true")
     if kind not in DEVICES:
         raise ValueError(f"teleop.device={kind!r}: available {', '.join(DEVICES)}")
     replay = cfg.replay if kind == cfg.device else None

@@ -151,3 +151,22 @@ def test_teleop_cli_records_a_camera_dataset_from_a_keyboard_session(tmp_path, c
     assert main(argv) == 2
     assert "already exists" in capsys.readouterr().err.replace("\n", " ")
     assert sorted(p.name for p in root.rglob("*")) == before
+
+
+def test_teleop_cli_records_scripted_demos_without_a_person(tmp_path, capsys):
+    """teleop=synthetic: the task's scripted expert on a simulated SpaceMouse records a
+    demo set from the command line (distinct randomised starts, all successes); a sim with
+    no scripted expert is refused by name and nothing is written."""
+    root = tmp_path / "pick"
+    argv = ["teleop", "--sim", "gym_hil", "env.kwargs.random_block_position=true", "teleop=synthetic",
+            f"dataset.root={root}", "dataset.episodes=3"]  # fmt: skip
+    assert main(argv) == 0
+    r = LeRobotReader(root)
+    eps = [r.episode(i) for i in range(r.num_episodes)]
+    assert len(eps) == 3 and all(e.meta["outcome"] == "success" for e in eps)
+    starts = {tuple(np.round(e.columns["observation.state"][0], 4)) for e in eps}
+    assert len(starts) == 3  # a block placed anew each episode
+    capsys.readouterr()
+    assert main(["teleop", "--sim", "maniskill", "teleop=synthetic", f"dataset.root={tmp_path / 'x'}"]) == 2
+    assert "no scripted supervisor for maniskill" in capsys.readouterr().err.replace("\n", " ")
+    assert not (tmp_path / "x").exists()
