@@ -56,12 +56,22 @@ def start_cameras(cfg, sim_server=None) -> dict[str, Any]:
     cams = [OmegaConf.to_container(c, resolve=True) for c in cfg.cameras]
     kwargs = {}
     for cam in cams:
+        scene_camera = cam.pop("scene_camera", None)  # a camera of the MJCF scene; None: a free view
         if cam.get("kind") == "sim":
             if sim_server is None:
                 raise ConfigError(f"camera {cam.get('name')!r} is kind=sim: it renders franky-sim's "
                                   "scene and needs franky_sim=true")  # fmt: skip
-            kwargs[cam["name"]] = {"render": functools.partial(
-                sim_server.render_rgb, width=int(cam["width"]), height=int(cam["height"]))}  # fmt: skip
+            w, h = int(cam["width"]), int(cam["height"])
+            try:
+                intrinsics = sim_server.camera_intrinsics(scene_camera, w, h)
+            except ValueError as err:
+                raise ConfigError(f"camera {cam['name']!r}: scene_camera={scene_camera!r}: {err}") from None
+            kwargs[cam["name"]] = {
+                "render": functools.partial(sim_server.render_rgb, camera=scene_camera, width=w, height=h),
+                "intrinsics": intrinsics,
+            }
+        elif scene_camera is not None:
+            raise ConfigError(f"camera {cam.get('name')!r}: scene_camera is for kind=sim cameras")
     return start_streams(cams, camera_kwargs=kwargs)
 
 
@@ -100,8 +110,13 @@ def run_edge(args, console: Console) -> int:
         console.print("starting franky-sim (MuJoCo Franka speaking the libfranka protocol)")
         # a scene camera needs the simulator's MuJoCo model in this process
         render = any(c.get("kind") == "sim" for c in cfg.cameras)
+        scene = None
+        if cfg.franky_sim_scene == "calibration":
+            from rlinf_user.robots.franka.sim_scene import calibration_scene as scene
+        elif cfg.franky_sim_scene is not None:
+            raise ConfigError(f"franky_sim_scene={cfg.franky_sim_scene!r}: the scenes are: calibration")
         try:
-            sim_server = start_franky_sim(hostname=cfg.robot.ip, render=render)
+            sim_server = start_franky_sim(hostname=cfg.robot.ip, render=render, scene=scene)
         except RuntimeError as err:
             raise EdgeStartError(f"franky-sim: {err}") from None
     try:

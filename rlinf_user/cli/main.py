@@ -105,6 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
     rw.add_argument("--encoder", choices=["mlp", "cnn"], help="default: cnn when the datasets have cameras")
     rw.add_argument("--seed", type=int, default=0)
 
+    cal = sub.add_parser(
+        "calibrate",
+        help="camera intrinsics, hand-eye (eye-in-hand / eye-to-hand), the workspace box, and a check picture, "
+        "through the edge daemon",
+        epilog="Examples: `rlinf-user calibrate hand-eye --robot franka env.edge.host=10.0.0.5 calibration.camera=wrist`; "
+        "`... calibration.camera=front calibration.mode=eye_to_hand`; `rlinf-user calibrate workspace --robot franka "
+        "teleop=spacemouse`; `rlinf-user calibrate check --robot franka calibration.camera=front "
+        "calibration.workspace=workspace`. Results: calibration/<robot>/<name>.yaml.",
+    )
+    cal.add_argument("--robot", metavar="NAME", help="the arm behind the edge daemon: franka")
+    # one positional list: argparse cannot split ACTION from overrides around --robot
+    cal.add_argument("overrides", nargs="+", metavar="ACTION [KEY=VALUE ...]",
+                     help="intrinsics | hand-eye | workspace | check, then Hydra overrides")
+
     doc = sub.add_parser("doctor", help="check versions, devices, simulators and drivers; say how to fix")
     doc.add_argument("--robot", metavar="NAME", help="also check the robot PC: robot link, versions, "
                      "real-time, cameras, keys (franka)")
@@ -114,13 +128,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "calibrate":  # overrides after --robot (argparse stops a positional at an option)
+        args.overrides += [e for e in extra if not e.startswith("-")]
+        extra = [e for e in extra if e.startswith("-")]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     console = Console(stderr=True)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(name)s: %(message)s",
         handlers=[RichHandler(console=console, show_path=False, rich_tracebacks=False)],
     )
+    from rlinf_user.calibration.board import BoardNotFound
+    from rlinf_user.calibration.solve import PoorPoseSet
+    from rlinf_user.calibration.store import CalibrationMismatch
     from rlinf_user.config.compose import ConfigError
     from rlinf_user.data.lerobot_format import DatasetError
     from rlinf_user.edge.daemon import EdgeStartError
@@ -153,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlinf_user.cli.train_reward import run_train_reward
 
             return run_train_reward(args, console)
+        if args.command == "calibrate":
+            from rlinf_user.cli.calibrate import run_calibrate
+
+            return run_calibrate(args, console)
         if args.command == "doctor":
             from rlinf_user.cli.doctor import run_doctor
 
@@ -171,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except RunError as err:
         console.print(f"[bold red]error:[/] {err}")
+        return 1
+    except (PoorPoseSet, BoardNotFound, CalibrationMismatch) as err:
+        console.print(f"[bold red]calibration refused:[/] {err}")
         return 1
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")

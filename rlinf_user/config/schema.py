@@ -263,6 +263,35 @@ class RewardConfig:
 
 
 @dataclass
+class CalibrationConfig:
+    """``rlinf-user calibrate`` (see :mod:`rlinf_user.calibration`): results go to
+    ``<root>/<robot>/<name>.yaml``; boards are ChArUco (``squares_x, squares_y, square_m,
+    marker_m, dictionary``)."""
+
+    root: str = "calibration"
+    camera: str | None = None  # the edge daemon's camera to calibrate
+    name: str | None = None  # result file name (default: the camera's, or "workspace")
+    mode: str = "eye_in_hand"  # eye_in_hand (camera on the arm) | eye_to_hand (fixed camera, board on the arm)
+    intrinsics: str = "driver"  # driver (the camera's own; else the board fit) | charuco (always fit)
+    board: dict[str, Any] = field(default_factory=lambda: {"squares_x": 7, "squares_y": 5, "square_m": 0.04,
+                                                            "marker_m": 0.03, "dictionary": "DICT_4X4_50"})  # fmt: skip
+    views: int = 12  # poses to visit
+    min_views: int = 6  # with the board found; fewer refuses the calibration
+    tilt_deg: float = 14.0  # the pose set's tilts (about the tool's x and y) ...
+    spin_deg: float = 23.0  # ... and turns about the tool axis
+    shift_m: float = 0.03
+    pivot_m: float = 0.45  # turn about a point this far along the tool axis (eye-in-hand: the board)
+    center_offset: list[float] = field(default_factory=lambda: [0.1, 0.0, -0.05])  # from home, base frame
+    max_residual_mm: float = 5.0  # a worse result is reported and not saved
+    max_residual_deg: float = 1.0
+    corners: int = 4  # workspace: corner poses the person records (>= 2: their bounding box)
+    margin_m: float = 0.0  # workspace: grow (+) or shrink (-) the recorded box
+    workspace: str | None = None  # check: the workspace calibration drawn (a name or a .yaml path)
+    crops: dict[str, Any] = field(default_factory=dict)  # check: {camera: [x, y, w, h]} drawn on the frame
+    out: str | None = None  # check: the picture's path (default <root>/<robot>/check-<camera>.png)
+
+
+@dataclass
 class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     algo: Any = None  # one of rlinf_user.config.algo's dataclasses, picked by algo=<name>
@@ -277,6 +306,7 @@ class RunConfig:
     hg_dagger: HGDaggerConfig = field(default_factory=HGDaggerConfig)
     intervention: InterventionConfig = field(default_factory=InterventionConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     # Several robots/sims feeding one learner; empty: `env` on placement.num_env_workers.
     fleet: list[FleetMember] = field(default_factory=list)
     # Append a one-hot member id to the state (None: when the members' envs differ).

@@ -62,6 +62,9 @@ class EdgeServeConfig:
     safety: SafetySchema = field(default_factory=SafetySchema)
     robot: dict[str, Any] | None = None  # driver options (robot/<name>.yaml)
     franky_sim: bool = False  # start franky-sim (MuJoCo, libfranka protocol) and drive it
+    # extra props in franky-sim's scene: "calibration" (ChArUco boards, a wrist and a front
+    # camera for `rlinf-user calibrate`; sim cameras name them with scene_camera)
+    franky_sim_scene: str | None = None
     cameras: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, Any] | None = None  # a served simulator (--sim)
     log_level: str = "INFO"

@@ -260,6 +260,7 @@ class EdgeDaemon:
         body = dict(self.snapshot)
         counts = dict(self.counts, rate_limited=self.limiter.limited, ingress_cut=self.guard.cut if self.guard else 0)
         body.update(daemon=counts, cameras=self._camera_stats(),
+                    camera_info={n: protocol.finite_body(s.camera_info()) for n, s in self.cameras.items()},
                     snapshot_age_s=time.monotonic() - self.snapshot_at if self.snapshot_at else None)  # fmt: skip
         return body
 

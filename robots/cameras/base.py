@@ -190,6 +190,12 @@ class Camera(abc.ABC):
         """Serial of the opened device, else the configured one."""
         return self.cfg.serial
 
+    def intrinsics(self) -> dict[str, Any] | None:
+        """The sensor's pinhole model at the grabbed size, as the driver reports it
+        (``width, height, fx, fy, cx, cy, dist``), or ``None`` when it has none (yet: real
+        devices know theirs once open)."""
+        return None
+
     @abc.abstractmethod
     def open(self) -> None:
         """Start streaming; raise :class:`CameraError` (or the SDK's error) if it cannot."""
@@ -292,6 +298,25 @@ def image_backend(backend: str | None = None) -> str:
     if backend not in ("cv2", "pil"):
         raise ValueError(f"unknown image backend {backend!r}; use 'cv2' or 'pil'")
     return backend
+
+
+def adjust_intrinsics(
+    intr: dict[str, Any] | None, crop: tuple[int, int, int, int] | None, resize: tuple[int, int] | None
+) -> dict[str, Any] | None:
+    """The pinhole model of the served image after ``crop`` (x, y, w, h) and ``resize``
+    (height, width), as :func:`crop_resize` transforms the pixels (pixel centres aligned)."""
+    if intr is None:
+        return None
+    out = dict(intr)
+    if crop is not None:
+        x, y, w, h = crop
+        out.update(cx=out["cx"] - x, cy=out["cy"] - y, width=w, height=h)
+    if resize is not None:
+        out_h, out_w = resize
+        sx, sy = out_w / out["width"], out_h / out["height"]
+        out.update(fx=out["fx"] * sx, fy=out["fy"] * sy, cx=(out["cx"] + 0.5) * sx - 0.5,
+                   cy=(out["cy"] + 0.5) * sy - 0.5, width=out_w, height=out_h)  # fmt: skip
+    return out
 
 
 def crop_resize(

@@ -158,6 +158,19 @@ class CaptureThread:
         """``(height, width, 3)`` of the served images."""
         return (*self.cfg.out_shape, 3)
 
+    def camera_info(self) -> dict[str, Any]:
+        """What calibration needs to know of this camera: the opened device's serial and
+        its intrinsics for the served image (after crop and resize; None if unknown)."""
+        from rlinf_user.robots.cameras.base import adjust_intrinsics
+
+        try:
+            intr = self.camera.intrinsics()
+        except Exception as err:  # noqa: BLE001 - a driver query must not take the stream down
+            log.warning("camera %r: intrinsics unavailable (%s)", self.name, err)
+            intr = None
+        return {"serial": self.camera.serial, "kind": self.cfg.kind, "crop": list(self.cfg.crop) if self.cfg.crop else None,
+                "intrinsics": adjust_intrinsics(intr, self.cfg.crop, self.cfg.resize)}  # fmt: skip
+
     def latest(self) -> Frame | None:
         """The newest frame whatever its age (``None`` before the first); never waits."""
         with self._cond:

@@ -100,6 +100,16 @@ class RealSenseCamera(Camera):
     def serial(self) -> str | None:
         return self._serial or self.cfg.serial
 
+    def intrinsics(self) -> dict | None:
+        """The colour profile's factory intrinsics (librealsense ``rs2_intrinsics``)."""
+        profile = getattr(self, "_profile", None)
+        if profile is None:
+            return None
+        i = profile.as_video_stream_profile().get_intrinsics()
+        return {"width": int(i.width), "height": int(i.height), "fx": float(i.fx), "fy": float(i.fy),
+                "cx": float(i.ppx), "cy": float(i.ppy), "dist": [float(c) for c in i.coeffs],
+                "model": str(i.model), "source": "realsense"}  # fmt: skip
+
     def open(self) -> None:
         rs = _rs()
         with self._lock:
@@ -114,6 +124,7 @@ class RealSenseCamera(Camera):
                 sensor.close()
                 raise
             self._device, self._sensor, self._queue, self._format = device, sensor, queue, fmt
+            self._profile = profile
             self._playback = device.as_playback() if device.is_playback() else None
             self._delivered = False
             self._serial = _info(rs, device, rs.camera_info.serial_number)

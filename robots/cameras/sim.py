@@ -66,17 +66,22 @@ class _Pacer:
 class SimCamera(Camera):
     """Serves ``render()`` (an ``H x W x 3``/``x 4``/grey image, uint8 or float in [0, 1])."""
 
-    def __init__(self, cfg: CameraConfig, render: Callable[[], np.ndarray] | None = None):
+    def __init__(self, cfg: CameraConfig, render: Callable[[], np.ndarray] | None = None,
+                 intrinsics: dict | None = None):  # fmt: skip
         super().__init__(cfg)
         if render is None:
             raise CameraError(f"camera {cfg.name!r}: a sim camera needs render=<callable>")
         self._render = render
+        self._intrinsics = intrinsics  # the renderer's pinhole model, where it has one
         self._pacer = _Pacer(cfg.fps)
         self._open = False
 
     @property
     def serial(self) -> str | None:
         return self.cfg.serial or f"sim:{self.cfg.name}"
+
+    def intrinsics(self) -> dict | None:
+        return None if self._intrinsics is None else dict(self._intrinsics)
 
     def open(self) -> None:
         self._pacer.reset()

@@ -142,6 +142,18 @@ class ZedCamera(Camera):
             self._mat, self._runtime = sl.Mat(), sl.RuntimeParameters()
             self._serial = str(cam.get_camera_information().serial_number)
 
+    def intrinsics(self) -> dict | None:
+        """The left sensor's factory calibration at the opened resolution (ZED SDK
+        ``CalibrationParameters.left_cam``; the served image is the left view)."""
+        if self._cam is None:
+            return None
+        info = self._cam.get_camera_information()
+        left = info.camera_configuration.calibration_parameters.left_cam
+        res = info.camera_configuration.resolution
+        return {"width": int(res.width), "height": int(res.height), "fx": float(left.fx), "fy": float(left.fy),
+                "cx": float(left.cx), "cy": float(left.cy), "dist": [float(v) for v in left.disto][:5],
+                "source": "zed"}  # fmt: skip
+
     def grab(self, timeout: float | None = None) -> tuple[np.ndarray, float]:
         with self._grabbing:
             return self._grab()

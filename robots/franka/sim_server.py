@@ -64,7 +64,7 @@ class FrankySimHandle:
         self._snapshot_ready = threading.Event()
         self._snapshot_qpos: np.ndarray | None = None
         self._render_data: Any = None
-        self._renderers: dict[tuple[int, int], Any] = {}
+        self._renderers: dict[tuple[int, int, int], Any] = {}
         self._ready = threading.Event()  # the server is fully up (model built, ports bound)
         self._output: collections.deque[str] = collections.deque(maxlen=40)  # subprocess log
 
@@ -122,6 +122,26 @@ class FrankySimHandle:
             self._snapshot_request.clear()
             self._snapshot_ready.set()
 
+    def camera_intrinsics(self, camera: str | None, width: int, height: int) -> dict[str, Any]:
+        """The pinhole model of :meth:`render_rgb` images: MuJoCo renders with square pixels,
+        the principal point at the centre and the camera's vertical field of view (the
+        free camera's: the model's ``visual/global/fovy``)."""
+        if self._sim is None:
+            raise RuntimeError("camera_intrinsics needs the simulator in this process")
+        import mujoco
+
+        model = self._sim.model
+        if camera is None:
+            fovy = float(model.vis.global_.fovy)
+        else:
+            cid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+            if cid < 0:
+                raise ValueError(f"no camera {camera!r} in the scene; it has {[model.camera(i).name for i in range(model.ncam)]}")
+            fovy = float(model.cam_fovy[cid])
+        f = 0.5 * height / np.tan(np.deg2rad(fovy) / 2)
+        return {"width": int(width), "height": int(height), "fx": f, "fy": f, "cx": (width - 1) / 2,
+                "cy": (height - 1) / 2, "dist": [0.0] * 5, "source": "mujoco"}  # fmt: skip
+
     def render_rgb(
         self,
         camera: str | None = None,
@@ -141,7 +161,7 @@ class FrankySimHandle:
         degrees. The state is a consistent snapshot taken between two physics steps. Call it
         from one thread (the GL context belongs to the thread that first renders). Without a
         GPU (EGL on Mesa's software rasteriser) a 160x120 frame takes ~0.1 s, twice that with
-        ``shadows``.
+        ``shadows``. Several threads may render (each gets its own GL context).
         """
         if self._sim is None:
             raise RuntimeError(
@@ -159,10 +179,12 @@ class FrankySimHandle:
                 self._render_data = mujoco.MjData(model)
             self._render_data.qpos[:] = self._snapshot_qpos
             mujoco.mj_forward(model, self._render_data)
-            key = (int(width), int(height))
+            # a GL context is current in one thread: each rendering thread (one per sim
+            # camera) gets its own renderer
+            key = (threading.get_ident(), int(width), int(height))
             renderer = self._renderers.get(key)
             if renderer is None:
-                renderer = mujoco.Renderer(model, height=key[1], width=key[0])
+                renderer = mujoco.Renderer(model, height=key[2], width=key[1])
                 self._renderers[key] = renderer
             if camera is None:
                 cam = mujoco.MjvCamera()
@@ -179,7 +201,7 @@ class FrankySimHandle:
             return renderer.render().copy()
 
 
-def _start_in_process(handle: FrankySimHandle, viewer: bool, initial_joints: Any) -> None:
+def _start_in_process(handle: FrankySimHandle, viewer: bool, initial_joints: Any, scene: Any = None) -> None:
     from franky_sim import SimulationServer
     from franky_sim.mujoco_simulator import MujocoSimulator
 
@@ -189,6 +211,8 @@ def _start_in_process(handle: FrankySimHandle, viewer: bool, initial_joints: Any
         sim.add_robot()
     else:
         sim.add_robot(initial_q=tuple(float(q) for q in initial_joints))
+    if scene is not None:
+        scene(sim)  # extends the MJCF (props, cameras) before the model is built
     sim.register_post_step_callback(handle._post_step)
     server = SimulationServer(sim, hostname_candidates=[handle.hostname])
     try:
@@ -235,6 +259,7 @@ def start_franky_sim(
     in_process: bool | None = None,
     viewer: bool = False,
     initial_joints: Sequence[float] | None = None,
+    scene: Any = None,
     timeout_s: float = 60.0,
 ) -> FrankySimHandle:
     """Start franky-sim (MuJoCo) serving one FR3 on ``hostname`` and wait for its robot port.
@@ -246,12 +271,16 @@ def start_franky_sim(
             default: only when ``render`` is set.
         viewer: open MuJoCo's interactive viewer window (needs a display).
         initial_joints: the arm's initial joint angles (7 values, radians; in-process only).
+        scene: ``scene(sim)`` adds to the MJCF before the model is built (props, boards,
+            cameras; in-process only), e.g. :func:`.sim_scene.calibration_scene`.
         timeout_s: how long to wait for the robot port before giving up.
 
     Raises:
         RuntimeError: the port is taken, or the server did not come up within ``timeout_s``.
     """
-    in_process = render if in_process is None else in_process
+    in_process = (render or scene is not None) if in_process is None else in_process
+    if scene is not None and not in_process:
+        raise ValueError("a scene needs in_process=True: it edits the model built here")
     if render and not in_process:
         raise ValueError("render=True needs in_process=True: the MuJoCo model must live here")
     if _port_accepts(hostname, ROBOT_PORT):
@@ -264,7 +293,7 @@ def start_franky_sim(
     t0 = time.monotonic()
     try:
         if in_process:
-            _start_in_process(handle, viewer, initial_joints)
+            _start_in_process(handle, viewer, initial_joints, scene)
         else:
             _start_subprocess(handle, viewer, initial_joints)
         while not (handle._ready.is_set() and _port_accepts(hostname, ROBOT_PORT)):
