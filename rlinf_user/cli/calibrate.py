@@ -39,7 +39,7 @@ def _connect(cfg, camera: str | None):
         raise ConfigError(f"no edge daemon answered at {edge.host}:{edge.port}: is `rlinf-user edge --robot ...` "
                           "running, and are env.edge.host/port right?") from None
     except ValueError as err:
-        client.close(say_bye=False)
+        client.close()  # the daemon answered: release its control now
         raise ConfigError(str(err)) from None
     except Exception:
         client.close(say_bye=False)

@@ -42,6 +42,7 @@ def make_backend_factory(cfg) -> Any:
         return functools.partial(sim_backend, OmegaConf.to_container(cfg.env, resolve=True))
     robot = OmegaConf.to_container(cfg.robot, resolve=True)
     safety = OmegaConf.to_container(cfg.safety, resolve=True)
+    safety.pop("workspace_from", None)  # already applied to workspace_low/high by the config
     safety["watchdog_periods"] = int(safety["watchdog_periods"])
     return functools.partial(franka_backend, robot, safety)
 

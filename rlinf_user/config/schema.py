@@ -277,8 +277,8 @@ class CalibrationConfig:
                                                             "marker_m": 0.03, "dictionary": "DICT_4X4_50"})  # fmt: skip
     views: int = 12  # poses to visit
     min_views: int = 6  # with the board found; fewer refuses the calibration
-    tilt_deg: float = 14.0  # the pose set's tilts (about the tool's x and y) ...
-    spin_deg: float = 23.0  # ... and turns about the tool axis
+    tilt_deg: float = 20.0  # the pose set's tilts (about the tool's x and y) ...
+    spin_deg: float = 30.0  # ... and turns about the tool axis
     shift_m: float = 0.03
     pivot_m: float = 0.45  # turn about a point this far along the tool axis (eye-in-hand: the board)
     center_offset: list[float] = field(default_factory=lambda: [0.1, 0.0, -0.05])  # from home, base frame
@@ -287,7 +287,7 @@ class CalibrationConfig:
     corners: int = 4  # workspace: corner poses the person records (>= 2: their bounding box)
     margin_m: float = 0.0  # workspace: grow (+) or shrink (-) the recorded box
     workspace: str | None = None  # check: the workspace calibration drawn (a name or a .yaml path)
-    crops: dict[str, Any] = field(default_factory=dict)  # check: {camera: [x, y, w, h]} drawn on the frame
+    crops: Any = None  # check: {camera: [x, y, w, h]} drawn on the frame
     out: str | None = None  # check: the picture's path (default <root>/<robot>/check-<camera>.png)
 
 

@@ -40,6 +40,9 @@ class SafetySchema:
     brake_distance: float = 0.05
     brake_gain: float = 0.5
     box_tolerance: float = 0.002
+    # the box from `rlinf-user calibrate workspace` (a name under calibration_root/<robot>/
+    # or a .yaml path) replaces workspace_low/high
+    workspace_from: str | None = None
 
 
 @dataclass
@@ -65,6 +68,7 @@ class EdgeServeConfig:
     # extra props in franky-sim's scene: "calibration" (ChArUco boards, a wrist and a front
     # camera for `rlinf-user calibrate`; sim cameras name them with scene_camera)
     franky_sim_scene: str | None = None
+    calibration_root: str = "calibration"  # where `rlinf-user calibrate` results live (<root>/<robot>/)
     cameras: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, Any] | None = None  # a served simulator (--sim)
     log_level: str = "INFO"
@@ -111,6 +115,15 @@ def compose_edge_config(overrides: Sequence[str] = (), robot: str | None = None,
         )  # fmt: skip
     if not 1 <= cfg.control_hz <= 1000:
         raise ConfigError(f"control_hz={cfg.control_hz}: must be within 1..1000")
+    if cfg.safety.workspace_from:
+        from rlinf_user.calibration import store
+
+        path = store.resolve(str(cfg.safety.workspace_from), cfg.calibration_root, robot or "sim")
+        try:
+            ws = store.load(path, "workspace")
+        except (FileNotFoundError, store.CalibrationMismatch) as err:
+            raise ConfigError(f"safety.workspace_from={cfg.safety.workspace_from}: {err}") from None
+        cfg.safety.workspace_low, cfg.safety.workspace_high = list(ws["low"]), list(ws["high"])
     return cfg
 
 
