@@ -95,7 +95,7 @@ class HandEyeResult:
     residual_mm: float  # RMS distance of the per-view board positions from their mean
     residual_deg: float  # RMS angle of the per-view board orientations from their mean
     max_residual_mm: float
-    board_rms_px: float  # mean reprojection error of the per-view board poses
+    board_rms_px: float  # reprojection RMS: per-view board poses (closed form) or the one model (refined)
 
     def to_dict(self) -> dict[str, Any]:
         key = "tcp_T_camera" if self.mode == "eye_in_hand" else "base_T_camera"
@@ -168,7 +168,9 @@ def hand_eye(mode: str, base_T_tcp: list[np.ndarray], cam_T_board: list[np.ndarr
             log.debug("hand-eye method %s failed: %s", name, err)
             continue
         X = pose(R, t)
-        if not np.all(np.isfinite(X)):
+        R = np.asarray(R)
+        if not np.all(np.isfinite(X)) or not np.allclose(R @ R.T, np.eye(3), atol=1e-3) or np.linalg.det(R) < 0:
+            log.debug("hand-eye method %s gave no proper rotation; skipped", name)
             continue
         # the board in the frame it is fixed in, per view: base (eye-in-hand) or tcp
         fixed = [A @ X @ B for A, B in zip(moving, cam_T_board, strict=True)]
@@ -186,3 +188,56 @@ def transform_error(estimate: np.ndarray, truth: np.ndarray) -> tuple[float, flo
     """(mm, deg) between two poses."""
     d = inv(truth) @ estimate
     return float(np.linalg.norm(d[:3, 3]) * 1e3), float(np.degrees(rotation_angle(d)))
+
+
+def refine_hand_eye(result: HandEyeResult, base_T_tcp: list[np.ndarray], detections: list[Detection],
+                    board: BoardSpec, K: np.ndarray, dist: np.ndarray) -> HandEyeResult:  # fmt: skip
+    """Refine a closed-form hand-eye by minimising the corners' reprojection error over all
+    views at once (the transform and the board's pose in its fixed frame, 12 parameters;
+    Huber loss at 1 px). The closed-form solvers fit per-view board poses, which weighs a
+    view's noisy depth like its precise image-plane position; pixels are what was measured."""
+    import cv2
+    from scipy.optimize import least_squares
+    from scipy.spatial.transform import Rotation
+
+    eye_in_hand = result.mode == "eye_in_hand"
+    X0 = result.transform
+    moving = base_T_tcp if eye_in_hand else [inv(T) for T in base_T_tcp]
+    # the board in its fixed frame (base, or tcp for eye-to-hand) from the initial solution
+    cams0, _ = _board_poses_in_camera(board, detections, K, dist)
+    fixed = [A @ X0 @ B for A, B in zip(moving, cams0, strict=True)]
+    Z0 = pose(Rotation.from_matrix(np.asarray([T[:3, :3] for T in fixed])).mean().as_matrix(),
+              np.mean([T[:3, 3] for T in fixed], axis=0))  # fmt: skip
+
+    def unpack(x):
+        return pose(Rotation.from_rotvec(x[:3]).as_matrix(), x[3:6]), pose(Rotation.from_rotvec(x[6:9]).as_matrix(), x[9:12])
+
+    def cam_T_board(X, Z, k):
+        # eye-in-hand: camera = base_T_tcp X; eye-to-hand: camera = X, board = base_T_tcp Z
+        return inv(base_T_tcp[k] @ X) @ Z if eye_in_hand else inv(X) @ base_T_tcp[k] @ Z
+
+    def residuals(x):
+        X, Z = unpack(x)
+        out = []
+        for k, det in enumerate(detections):
+            T = cam_T_board(X, Z, k)
+            px, _ = cv2.projectPoints(det.object_points(board).astype(np.float64), cv2.Rodrigues(T[:3, :3])[0],
+                                      T[:3, 3], K, dist)  # fmt: skip
+            out.append((px.reshape(-1, 2) - det.corners).ravel())
+        return np.concatenate(out)
+
+    x0 = np.concatenate([Rotation.from_matrix(X0[:3, :3]).as_rotvec(), X0[:3, 3],
+                         Rotation.from_matrix(Z0[:3, :3]).as_rotvec(), Z0[:3, 3]])  # fmt: skip
+    sol = least_squares(residuals, x0, loss="huber", f_scale=1.0, x_scale="jac")
+    X, Z = unpack(sol.x)
+    r = residuals(sol.x).reshape(-1, 2)
+    rms = float(np.sqrt(np.mean(np.sum(r**2, axis=1))))
+    fixed = [A @ X @ B for A, B in zip(moving, cams0, strict=True)]
+    mm, deg, worst = _residuals(fixed)
+    return HandEyeResult(result.mode, X, f"{result.method}+reprojection", result.views, mm, deg, worst, rms)
+
+
+def _board_poses_in_camera(board, detections, K, dist):
+    from rlinf_user.calibration.board import board_poses
+
+    return board_poses(board, detections, K, dist)

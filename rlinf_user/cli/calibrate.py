@@ -93,7 +93,7 @@ def _run_views(cfg, robot: str, action: str, console) -> int:
     from rlinf_user.calibration import store
     from rlinf_user.calibration.board import BoardSpec, board_poses
     from rlinf_user.calibration.session import collect, require_views, wait_for_frames
-    from rlinf_user.calibration.solve import hand_eye
+    from rlinf_user.calibration.solve import hand_eye, refine_hand_eye
 
     c = cfg.calibration
     try:
@@ -129,7 +129,8 @@ def _run_views(cfg, robot: str, action: str, console) -> int:
         return _write(console, ok, path, "intrinsics", data, info.get("serial"), "reprojection RMS >= 1 px")
     intr = _intrinsics(c, info, board, got["detections"])
     cam_T_board, rms = board_poses(board, [v["detection"] for v in views], intr.K, intr.dist)
-    result = hand_eye(c.mode, [v["base_T_tcp"] for v in views], cam_T_board, rms, int(c.min_views))
+    poses, dets = [v["base_T_tcp"] for v in views], [v["detection"] for v in views]
+    result = refine_hand_eye(hand_eye(c.mode, poses, cam_T_board, rms, int(c.min_views)), poses, dets, board, intr.K, intr.dist)
     data = {"camera": c.camera, **result.to_dict(), "intrinsics": intr.to_dict(), "board": board.to_dict(),
             "views_missed": len(got["missed"])}  # fmt: skip
     T = result.transform
@@ -140,11 +141,28 @@ def _run_views(cfg, robot: str, action: str, console) -> int:
         "solver": result.method, "intrinsics": intr.source,
         "board consistency across views": f"{result.residual_mm:.2f} mm RMS (max {result.max_residual_mm:.2f}), "
                                           f"{result.residual_deg:.3f} deg RMS",
-        "board reprojection": f"{result.board_rms_px:.3f} px",
+        "reprojection (all views, one model)": f"{result.board_rms_px:.3f} px",
     })  # fmt: skip
     ok = result.residual_mm <= c.max_residual_mm and result.residual_deg <= c.max_residual_deg
     why = f"residual above calibration.max_residual_mm={c.max_residual_mm} / max_residual_deg={c.max_residual_deg}"
-    return _write(console, ok, path, "hand_eye", data, info.get("serial"), why)
+    code = _write(console, ok, path, "hand_eye", data, info.get("serial"), why)
+    if code == 0:  # the raw views beside it: re-solve, audit or study noise without the robot
+        save_views(path.with_name(f"{path.stem}-views.npz"), views, intr)
+    return code
+
+
+def save_views(path: Path, views: list[dict], intr) -> None:
+    import os
+
+    tmp = path.with_name(f".{path.name}.tmp.npz")
+    np.savez_compressed(
+        tmp, base_T_tcp=np.stack([v["base_T_tcp"] for v in views]), K=intr.K, dist=np.asarray(intr.dist),
+        corners=np.concatenate([v["detection"].corners for v in views]),
+        ids=np.concatenate([v["detection"].ids for v in views]),
+        view=np.concatenate([np.full(len(v["detection"].ids), k) for k, v in enumerate(views)]),
+        image_size=np.array(views[0]["detection"].image_size),
+    )  # fmt: skip
+    os.replace(tmp, path)
 
 
 def _write(console, ok: bool, path: Path, kind: str, data: dict, serial, why: str) -> int:
