@@ -64,7 +64,11 @@ class PolicyConfig:
     are ignored by it."""
 
     name: str = "mlp"  # mlp | cnn (tanh-Gaussian) | gaussian_ac (on-policy) | flow | pi0 | lite_vla | token_vla (VLAs) | openpi_remote
-    encoder: str | None = None  # mlp | cnn; None: the policy's name (mlp/cnn)
+    # mlp | cnn | efficientnet (pretrained EfficientNet-Lite0 per camera + learned spatial
+    # embeddings, frozen unless encoder_finetune); None: the policy's name (mlp/cnn)
+    encoder: str | None = None
+    encoder_finetune: bool = False
+    spatial_kernels: int = 8
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     encoder_channels: list[int] = field(default_factory=lambda: [32, 32, 32, 32])
     image_feature_dim: int = 64

@@ -47,6 +47,34 @@ def validate_chunk(chunk: dict[str, np.ndarray], schema: dict[str, tuple] | None
     return n
 
 
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_fits(capacity: int, schema: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+    """Refuse a buffer that cannot fit in memory, saying what capacity would (an image
+    env with the state-sized default capacity asks for tens of GiB)."""
+    row = sum(int(np.prod(shape, dtype=np.int64)) * (8 if dtype.kind == "U" else np.dtype(dtype).itemsize)
+              for shape, dtype in schema.values())  # fmt: skip
+    need, have = capacity * row, available_bytes()
+    if have is not None and need > 0.8 * have:
+        fit = max(1000, int(0.5 * have / max(row, 1)) // 1000 * 1000)
+        images = [f"{k} {'x'.join(map(str, s))}" for k, (s, d) in schema.items() if len(s) == 3]
+        raise MemoryError(
+            f"buffer.capacity={capacity:,} transitions of {row:,} bytes each ({', '.join(images) or 'state'}) need "
+            f"{need / 2**30:.1f} GiB, but {have / 2**30:.1f} GiB is available: set buffer.capacity={fit:,} "
+            "(or smaller images: the camera's resize)"
+        )
+
+
 class ReplayBuffer:
     def __init__(
         self, capacity: int, directory: str | Path | None = None, fsync: bool = True, keep_full_log: bool = False,
@@ -87,6 +115,7 @@ class ReplayBuffer:
         n = len(chunk["reward"])
         if not self.storage:
             self.schema = {k: (v.shape[1:], v.dtype) for k, v in chunk.items()}
+            check_fits(self.capacity, self.schema)
             # text columns (instructions) are held as shared Python strings, not fixed-width
             self.storage = {
                 k: np.empty((self.capacity, *shape), dtype=object) if dtype.kind == "U"

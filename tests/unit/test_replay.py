@@ -173,3 +173,15 @@ def test_intervention_pool_follows_the_ring_as_flags_are_overwritten():
     assert len(svc._interventions()) == 0
     batch = svc.sample(8, 1, demo_ratio=0.5)  # no pool left: all online
     assert batch["reward"].shape == (1, 8) and svc.intervention_samples == 0
+
+
+def test_a_buffer_too_big_for_memory_is_refused_with_a_capacity_that_fits(monkeypatch):
+    from rlinf_user.data import replay
+
+    monkeypatch.setattr(replay, "available_bytes", lambda: 24 * 2**30)
+    rb = replay.ReplayBuffer(1_000_000)
+    c = {**chunk(2), "obs/images/front": np.zeros((2, 128, 128, 3), np.uint8)}
+    with pytest.raises(MemoryError, match=r"need 45\.8 GiB.*set buffer.capacity="):
+        rb.add(c)
+    small = replay.ReplayBuffer(100_000)
+    assert small.add(c) == 2  # 4.6 GiB fits
