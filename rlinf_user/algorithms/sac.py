@@ -124,6 +124,12 @@ class SAC(Algorithm):
             self.critic.train()
         actor_loss = (self.alpha.detach() * logp - q).mean()
         metrics = {"entropy": -logp.mean().item()}
+        demo = batch.get("from_demos")
+        if self.cfg.bc_weight > 0 and demo is not None and bool((demo > 0).any()):
+            rows = demo > 0
+            bc = (action[rows] - batch["action"][rows]).square().sum(-1).mean()
+            actor_loss = actor_loss + self.cfg.bc_weight * bc
+            metrics["bc_loss"] = bc.item()
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         return actor_loss, alpha_loss, metrics
 

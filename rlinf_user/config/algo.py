@@ -36,6 +36,10 @@ class SACConfig:
     batch_norm: bool = False  # CrossQ: batch-renorm critics, no target network
     demo_ratio: float = 0.0  # fraction of each batch drawn from demos (RLPD: 0.5)
     bc_warmup_updates: int = 0  # behaviour-clone the actor on demos=... before RL starts
+    # the actor loss adds bc_weight x the squared distance of its action to the demonstrated
+    # one on each batch's demo rows (TD3+BC-style): a cloned policy survives the critic's
+    # first, uninformed gradients (needs demo_ratio > 0)
+    bc_weight: float = 0.0
     drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
     grad_clip: float = 0.0
     reward_scale: float = 1.0

@@ -135,6 +135,9 @@ def validate(cfg: DictConfig) -> None:
     hg = cfg.get("hg_dagger")
     if cfg.algo.name == "bc" and not cfg.demos and not (hg is not None and hg.get("synthetic_human")):
         raise ConfigError("algo=bc trains on demonstrations: give demos=<dataset>")
+    if float(cfg.algo.get("bc_weight", 0.0) or 0.0) > 0 and demo_ratio <= 0:
+        raise ConfigError(f"algo.bc_weight={cfg.algo.bc_weight} pulls the actor towards the demo rows of each batch, "
+                          "but algo.demo_ratio=0 draws none: set algo.demo_ratio (e.g. 0.5) and demos=<path>")
     if demo_ratio > 0 and not cfg.demos and not human_demos:
         raise ConfigError(
             f"algo.demo_ratio={demo_ratio} mixes demonstrations into every batch, "

@@ -139,8 +139,12 @@ class ReplayService:
                 )
                 for k in keys
             }
+            # which rows are demonstrations (an actor's BC term reads it): the last n_demo
+            online["from_demos"] = np.arange(batch_size)[None, :].repeat(num_batches, 0) >= batch_size - n_demo
             return online
-        return {k: v.reshape(num_batches, batch_size, *v.shape[1:]) for k, v in online.items()}
+        out = {k: v.reshape(num_batches, batch_size, *v.shape[1:]) for k, v in online.items()}
+        out["from_demos"] = np.zeros((num_batches, batch_size), bool)
+        return out
 
     def sample_demos(self, batch_size: int) -> dict[str, np.ndarray] | None:
         """A batch of demonstration transitions only (BC warm start); None without demos."""

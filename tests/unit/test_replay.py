@@ -129,7 +129,8 @@ def test_interventions_pool_with_loaded_demos_in_proportion(tmp_path):
     demo_side = batch["reward"][:, 50:]
     share = float((demo_side >= 0).mean())
     assert 0.2 < share < 0.3  # 10 / (10 + 30) of the demo side are interventions
-    assert set(batch) == set(chunk(1))  # keys common to every source
+    assert set(batch) == set(chunk(1)) | {"from_demos"}  # keys common to every source, and which rows are demos
+    assert not batch["from_demos"][:, :50].any() and batch["from_demos"][:, 50:].all()
 
 
 def test_without_interventions_or_demos_the_batch_is_all_online():
@@ -137,6 +138,7 @@ def test_without_interventions_or_demos_the_batch_is_all_online():
     svc.add(chunk(20))  # nobody intervened yet
     batch = svc.sample(batch_size=8, num_batches=2, demo_ratio=0.5)
     assert batch["reward"].shape == (2, 8) and svc.stats()["intervention_samples"] == 0
+    assert batch["from_demos"].shape == (2, 8) and not batch["from_demos"].any()
 
 
 def test_log_keeps_a_capacity_worth_and_deletes_older_segments(tmp_path):

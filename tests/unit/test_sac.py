@@ -121,3 +121,29 @@ def test_batch_renorm_train_and_eval():
     assert y.shape == x.shape
     bn.eval()
     assert torch.isfinite(bn(x)).all()
+
+
+def test_bc_weight_holds_the_actor_on_demonstrated_actions():
+    """An uninformative critic (reward 0) gives the actor nothing to follow; with bc_weight
+    the demo rows of each batch pull its actions to the demonstrated ones."""
+    from rlinf_user.config.compose import ConfigError, validate
+
+    def train(bc_weight):
+        torch.manual_seed(0)
+        cfg = compose_config(["policy.hidden=[64,64]", "algo.demo_ratio=0.5", f"algo.bc_weight={bc_weight}",
+                              "algo.init_temperature=0.01"])  # fmt: skip
+        agent = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+        for _ in range(300):
+            b = _batch(reward=0.0)
+            b["action"][32:] = 0.6  # the demonstrator always pushes +0.6
+            b["from_demos"] = (torch.arange(64) >= 32).float()
+            m = agent.update(b)
+        out = agent.policy.act({"state": torch.randn(256, 5), "images": {}}, deterministic=True)
+        return out.actions[:, 0].mean(0), m
+
+    with_bc, m = train(2.0)
+    without, _ = train(0.0)
+    assert "bc_loss" in m
+    assert (with_bc - 0.6).abs().max() < 0.15 and (without - 0.6).abs().mean() > 0.3
+    with pytest.raises(ConfigError, match="demo_ratio=0 draws none"):
+        validate(compose_config(["algo.bc_weight=1.0"]))
