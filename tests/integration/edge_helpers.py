@@ -16,6 +16,13 @@ import time
 from pathlib import Path
 
 
+def lane_loopback(last: int) -> str:
+    """A loopback address for franky-sim unique to this test process: `make test` runs two
+    lanes at once, and a module fixture used by tests of both lanes would otherwise start
+    two simulators on one address (libfranka's ports are fixed)."""
+    return f"127.{1 + os.getpid() % 250}.0.{last}"
+
+
 def free_ports(n: int = 2) -> int:
     """A base port with ``n`` consecutive free ports (daemon uses port and port+1)."""
     for _ in range(200):

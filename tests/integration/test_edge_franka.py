@@ -21,7 +21,7 @@ import zmq
 pytest.importorskip("franky")
 pytest.importorskip("franky_sim")
 
-from edge_helpers import EdgeProcess, edge_telemetry, free_ports, running  # noqa: E402
+from edge_helpers import EdgeProcess, edge_telemetry, free_ports, lane_loopback, running  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient, EdgeRefused  # noqa: E402
 from rlinf_user.edge.protocol import decode  # noqa: E402
@@ -35,7 +35,7 @@ LOW, HIGH = (0.30, -0.25, 0.20), (0.65, 0.25, 0.55)
 def edge(tmp_path_factory):
     port = free_ports(2)
     proc = EdgeProcess(
-        ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.31", f"control_hz={HZ}",
+        ["--robot", "franka", "franky_sim=true", f"robot.ip={lane_loopback(31)}", f"control_hz={HZ}",
          "robot.relative_dynamics_factor=0.5", "peer_timeout_s=1.0",
          f"safety.workspace_low=[{','.join(map(str, LOW))}]",
          f"safety.workspace_high=[{','.join(map(str, HIGH))}]"],
