@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rlinf_user.calibration.board import BoardSpec, Detection
+from rlinf_user.calibration.board import BoardSpec, Detection, board_poses
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def refine_hand_eye(result: HandEyeResult, base_T_tcp: list[np.ndarray], detecti
     X0 = result.transform
     moving = base_T_tcp if eye_in_hand else [inv(T) for T in base_T_tcp]
     # the board in its fixed frame (base, or tcp for eye-to-hand) from the initial solution
-    cams0, _ = _board_poses_in_camera(board, detections, K, dist)
+    cams0, _ = board_poses(board, detections, K, dist)
     fixed = [A @ X0 @ B for A, B in zip(moving, cams0, strict=True)]
     Z0 = pose(Rotation.from_matrix(np.asarray([T[:3, :3] for T in fixed])).mean().as_matrix(),
               np.mean([T[:3, 3] for T in fixed], axis=0))  # fmt: skip
@@ -236,8 +236,3 @@ def refine_hand_eye(result: HandEyeResult, base_T_tcp: list[np.ndarray], detecti
     mm, deg, worst = _residuals(fixed)
     return HandEyeResult(result.mode, X, f"{result.method}+reprojection", result.views, mm, deg, worst, rms)
 
-
-def _board_poses_in_camera(board, detections, K, dist):
-    from rlinf_user.calibration.board import board_poses
-
-    return board_poses(board, detections, K, dist)

@@ -98,6 +98,7 @@ class CaptureThread:
         self._eof = False
         self._frames = self._drops = self._reopens = self._errors = self._stalls = 0
         self._last_error: str | None = None
+        self._info: dict[str, Any] | None = None  # camera_info, once the driver has intrinsics
         self._stamps: collections.deque[float] = collections.deque(maxlen=30)
         self._process_ms = self._encode_ms = 0.0
 
@@ -160,16 +161,22 @@ class CaptureThread:
 
     def camera_info(self) -> dict[str, Any]:
         """What calibration needs to know of this camera: the opened device's serial and
-        its intrinsics for the served image (after crop and resize; None if unknown)."""
+        its intrinsics for the served image (after crop and resize; None if unknown). Asked
+        once per open of the device, so telemetry requests never reach the driver again."""
         from rlinf_user.robots.cameras.base import adjust_intrinsics
 
+        if self._info is not None:
+            return self._info
         try:
             intr = self.camera.intrinsics()
         except Exception as err:  # noqa: BLE001 - a driver query must not take the stream down
             log.warning("camera %r: intrinsics unavailable (%s)", self.name, err)
             intr = None
-        return {"serial": self.camera.serial, "kind": self.cfg.kind, "crop": list(self.cfg.crop) if self.cfg.crop else None,
+        info = {"serial": self.camera.serial, "kind": self.cfg.kind, "crop": list(self.cfg.crop) if self.cfg.crop else None,
                 "intrinsics": adjust_intrinsics(intr, self.cfg.crop, self.cfg.resize)}  # fmt: skip
+        if intr is not None:
+            self._info = info
+        return info
 
     def latest(self) -> Frame | None:
         """The newest frame whatever its age (``None`` before the first); never waits."""
@@ -285,6 +292,7 @@ class CaptureThread:
                     return
                 try:
                     self.camera.open()
+                    self._info = None  # a reopened device reports its intrinsics afresh
                 except Exception as err:  # noqa: BLE001 - any SDK error means "retry later"
                     if not self._leave_sdk(gen):
                         return

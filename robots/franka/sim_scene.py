@@ -118,8 +118,3 @@ def truth(scene: CalibrationScene = CalibrationScene()) -> dict[str, np.ndarray]
     base_T_front[:3, 3] = scene.front_pos
     return {"tcp_T_wrist": tcp_T_wrist, "base_T_front": base_T_front}
 
-
-def intrinsics(fovy_deg: float, width: int, height: int) -> np.ndarray:
-    """A MuJoCo camera's pinhole matrix: square pixels, centred principal point."""
-    f = 0.5 * height / np.tan(np.deg2rad(fovy_deg) / 2)
-    return np.array([[f, 0.0, width / 2], [0.0, f, height / 2], [0.0, 0.0, 1.0]])

@@ -108,6 +108,12 @@ def test_capture_thread_over_software_device():
             frame = cap.async_read(timeout=2.0)
             assert np.array_equal(frame.image, crop_resize(img, cfg.crop, cfg.resize))
         assert cap.stats().frames == 5 and cap.stats().errors == 0
+        # the driver's intrinsics (fx 50, centre W/2, H/2), moved by the crop and scaled by the resize
+        info = cap.camera_info()
+        intr = info["intrinsics"]
+        assert info["serial"] == SERIAL and intr["source"] == "realsense"
+        assert (intr["width"], intr["height"]) == (24, 24) and intr["fx"] == pytest.approx(50.0 * 24 / 48)
+        assert intr["cx"] == pytest.approx((W / 2 - 8 + 0.5) * 24 / 48 - 0.5)
 
 
 def test_unavailable_mode_lists_the_offered_ones():
