@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlinf_user.data import nstep as nstep_returns
 from rlinf_user.data.record_log import SEGMENT_BYTES, RecordLog
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,15 @@ def check_fits(capacity: int, schema: dict[str, tuple[tuple[int, ...], np.dtype]
 class ReplayBuffer:
     def __init__(
         self, capacity: int, directory: str | Path | None = None, fsync: bool = True, keep_full_log: bool = False,
-        segment_bytes: int = SEGMENT_BYTES,
+        segment_bytes: int = SEGMENT_BYTES, nstep: int = 1, gamma: float = 0.99,
     ):  # fmt: skip
         """``directory``: the on-disk log. It keeps what a restart needs to refill the
-        buffer (its capacity's worth; older segments are deleted) unless ``keep_full_log``."""
+        buffer (its capacity's worth; older segments are deleted) unless ``keep_full_log``.
+        ``nstep`` > 1: samples carry ``nstep``-step returns discounted by ``gamma``
+        (:mod:`rlinf_user.data.nstep`); the log keeps the one-step rows."""
         self.capacity = int(capacity)
+        self.gamma = float(gamma)
+        self.nstep = nstep_returns.NStepReturns(nstep, gamma, self.capacity) if int(nstep) > 1 else None
         self.storage: dict[str, np.ndarray] = {}
         self.schema: dict[str, tuple] | None = None
         self.size = 0
@@ -126,6 +131,8 @@ class ReplayBuffer:
         for k, arr in self.storage.items():
             col = chunk[k]
             arr[idx] = [sys.intern(str(t)) for t in col] if arr.dtype == object else col
+        if self.nstep is not None:
+            self.nstep.add(chunk)
         self.cursor = int((self.cursor + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         self.total_added += n
@@ -134,8 +141,23 @@ class ReplayBuffer:
     def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
-        idx = rng.integers(0, self.size, size=batch_size)
-        return {k: v[idx] for k, v in self.storage.items()}
+        return self.gather(rng.integers(0, self.size, size=batch_size))
+
+    def gather(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """The rows at buffer positions ``idx`` (with n-step targets when configured)."""
+        batch = {k: v[idx] for k, v in self.storage.items()}
+        if self.nstep is not None:
+            batch = nstep_returns.apply(batch, self.storage, self.nstep, idx)
+        return batch
+
+    def recompute_nstep(self) -> None:
+        """Rebuild the n-step returns from the stored rows (after rewards were relabelled)."""
+        if self.nstep is None or self.size == 0:
+            return
+        order = (self.cursor + np.arange(self.size)) % self.capacity if self.size == self.capacity else np.arange(self.size)
+        self.nstep = nstep_returns.NStepReturns(self.nstep.n, self.nstep.gamma, self.capacity)
+        self.nstep.total = int(order[0])  # the oldest row's ring position
+        self.nstep.add({k: v[order] for k, v in self.storage.items() if v.dtype != object})
 
     def close(self) -> None:
         if self.log is not None:

@@ -95,6 +95,8 @@ class Learner:
                 segment_mb=float(cfg.buffer.get("segment_mb", 256.0)),
                 reward=reward_settings(cfg),
                 instruction=bool(self.spec.instruction),
+                nstep=int(algo.get("n_step", 1)),
+                gamma=float(algo.get("gamma", 0.99)),
             )
         else:
             self.remote_replay = replay

@@ -44,16 +44,20 @@ class ReplayService:
         segment_mb: float = 256.0,
         reward: dict | None = None,
         instruction: bool = False,
+        nstep: int = 1,
+        gamma: float = 0.99,
     ):
         self.buffer = ReplayBuffer(
-            capacity, directory, keep_full_log=keep_full_log, segment_bytes=int(segment_mb * 2**20)
-        )
+            capacity, directory, keep_full_log=keep_full_log, segment_bytes=int(segment_mb * 2**20),
+            nstep=nstep, gamma=gamma,
+        )  # fmt: skip
         self.restored = self.buffer.restore()
         self.demos: ReplayBuffer | None = None
         if demo_path:
-            self.demos = load_demo_buffer(demo_path, cameras, instruction)
+            self.demos = load_demo_buffer(demo_path, cameras, instruction, nstep=nstep, gamma=gamma)
             if reward and reward.get("classifier"):
                 relabel_rewards(self.demos, reward)
+                self.demos.recompute_nstep()
         self.rng = np.random.default_rng(seed)
         self.lock = threading.Lock()
         self.order = SenderOrder()
@@ -106,7 +110,7 @@ class ReplayService:
             parts.append(self.demos.sample(n - k_iv, self.rng))
         if k_iv:
             idx = iv[self.rng.integers(0, len(iv), size=k_iv)]
-            parts.append({k: v[idx] for k, v in self.buffer.storage.items()})
+            parts.append(self.buffer.gather(idx))
             self.intervention_samples += k_iv
         if len(parts) == 1:
             return parts[0]
@@ -230,19 +234,21 @@ def relabel_rewards(buf: ReplayBuffer, reward: dict) -> None:
     )
 
 
-def load_demo_buffer(path: str, cameras: list[str] | None = None, instruction: bool = False) -> ReplayBuffer:
+def load_demo_buffer(
+    path: str, cameras: list[str] | None = None, instruction: bool = False, nstep: int = 1, gamma: float = 0.99
+) -> ReplayBuffer:
     """Demonstrations from a LeRobotDataset v3.0 folder (``rlinf-user teleop`` output) or
     a replay log folder (a run's ``buffer/``). ``cameras``: image keys to load;
     ``instruction``: the env observes a language instruction, which a LeRobot episode's
     ``task`` supplies (a replay log stored its own)."""
     p = Path(path)
     if (p / "meta" / "info.json").exists():
-        return _lerobot_demos(p, cameras or [], instruction)
+        return _lerobot_demos(p, cameras or [], instruction, nstep, gamma)
     if (p / "buffer").is_dir():
         p = p / "buffer"
     if not p.is_dir() or not list(p.glob("seg-*.log")):
         raise FileNotFoundError(f"demos={path}: no replay log (seg-*.log) found there")
-    demos = ReplayBuffer(capacity=10_000_000, directory=p)
+    demos = ReplayBuffer(capacity=10_000_000, directory=p, nstep=nstep, gamma=gamma)
     demos.restore()
     demos.log.close()
     demos.log = None  # read-only: never append to someone else's demos
@@ -251,7 +257,9 @@ def load_demo_buffer(path: str, cameras: list[str] | None = None, instruction: b
     return demos
 
 
-def _lerobot_demos(root: Path, cameras: list[str], instruction: bool = False) -> ReplayBuffer:
+def _lerobot_demos(
+    root: Path, cameras: list[str], instruction: bool = False, nstep: int = 1, gamma: float = 0.99
+) -> ReplayBuffer:
     from rlinf_user.data.lerobot_reader import LeRobotReader, episode_transitions
 
     reader = LeRobotReader(root)
@@ -261,6 +269,11 @@ def _lerobot_demos(root: Path, cameras: list[str], instruction: bool = False) ->
         chunk = episode_transitions(ep, cameras, instruction)
         if chunk is None:
             continue
+        # one stream per episode, numbered by frame: n-step returns never cross an episode
+        # or a gap where the policy's steps are left out
+        rows = len(chunk["reward"])
+        chunk["env_id"] = np.full(rows, ep.index, np.int64)
+        chunk["step"] = np.asarray(ep.columns["frame_index"], np.int64).reshape(-1)[:rows]
         # An HG-DAgger session (or an RL run's recording) holds the policy's own steps too:
         # only what the human did is a demonstration. Teleop datasets are all human.
         human = chunk["intervention"]
@@ -273,7 +286,7 @@ def _lerobot_demos(root: Path, cameras: list[str], instruction: bool = False) ->
             "(demonstrations are the steps flagged `intervention`)"
         )
     n = sum(len(c["reward"]) for c in chunks)
-    demos = ReplayBuffer(capacity=n)
+    demos = ReplayBuffer(capacity=n, nstep=nstep, gamma=gamma)
     for c in chunks:
         demos.add(c)
     log.info(
