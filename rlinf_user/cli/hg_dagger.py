@@ -194,7 +194,8 @@ def _synthetic_setup(env, spec, cfg, console, run_dir):
     root = cfg.demos
     if not root:
         root = run_dir / "synthetic_demos"
-        writer = LeRobotWriter(root, 10, fmt.contract_features(spec.state_dim, dict(spec.cameras), 10))
+        writer = LeRobotWriter(root, 10, fmt.contract_features(spec.state_dim, dict(spec.cameras), 10),
+                               reward=fmt.reward_info(cfg.env))  # fmt: skip
         n = int(cfg.hg_dagger.synthetic_demos)
         recorder = Recorder(env, device, writer, str(cfg.env.task), rate_hz=0,
                             before_step=SyntheticHuman(hand, synthetic_expert(cfg.env, env)))  # fmt: skip

@@ -22,7 +22,8 @@ def open_dataset(cfg, env, robot_type: str):
     cameras = {k: tuple(v.shape[:2]) for k, v in space["images"].spaces.items()}
     fps = int(round(cfg.teleop.rate_hz))
     features = fmt.contract_features(int(space["state"].shape[0]), cameras, fps)
-    return LeRobotWriter(cfg.dataset.root, fps, features, robot_type=robot_type, resume=cfg.dataset.resume, crf=cfg.dataset.crf)
+    return LeRobotWriter(cfg.dataset.root, fps, features, robot_type=robot_type, resume=cfg.dataset.resume,
+                         crf=cfg.dataset.crf, reward=fmt.reward_info(cfg.env))  # fmt: skip
 
 
 def scripted_hand(cfg, env):

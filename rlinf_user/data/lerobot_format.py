@@ -132,6 +132,29 @@ def feature_mismatch(have: Mapping[str, Any], want: Mapping[str, Any]) -> list[s
     return problems
 
 
+# info.json key (ours, beside LeRobot's) holding the env reward the rewards were recorded under
+REWARD_INFO_KEY = "rlinf_user_reward"
+
+
+def reward_info(env_cfg) -> dict[str, Any]:
+    """The reward settings a recording's ``next.reward`` column follows."""
+    return {"reward": str(env_cfg.reward), "success_bonus": float(env_cfg.get("success_bonus", 0.0) or 0.0)}
+
+
+def reward_mismatch(recorded: dict[str, Any] | None, env_cfg) -> str | None:
+    """Why rewards recorded under ``recorded`` do not fit ``env_cfg``'s (None: they do, or unknown)."""
+    if not recorded:
+        return None
+    now = reward_info(env_cfg)
+    if recorded == now:
+        return None
+    return (
+        f"its rewards were recorded with env.reward={recorded.get('reward')} env.success_bonus={recorded.get('success_bonus')}, "
+        f"this run uses env.reward={now['reward']} env.success_bonus={now['success_bonus']}: record them again with "
+        "this run's settings, or train with theirs"
+    )
+
+
 def empty_info(fps: int, features: dict[str, Any], robot_type: str | None) -> dict[str, Any]:
     has_video = any(f["dtype"] == "video" for f in features.values())
     return {

@@ -61,6 +61,7 @@ class LeRobotWriter:
         robot_type: str | None = None,
         resume: bool = False,
         crf: int = 18,
+        reward: dict[str, Any] | None = None,
     ):
         self.root = Path(root)
         self.crf = int(crf)
@@ -92,6 +93,9 @@ class LeRobotWriter:
                 )
             if int(self.info["fps"]) != int(fps):
                 raise fmt.DatasetError(f"cannot append to {self.root}: it was recorded at {self.info['fps']} fps, not {fps}")
+            had = self.info.get(fmt.REWARD_INFO_KEY)
+            if reward is not None and had is not None and had != reward:
+                raise fmt.DatasetError(f"cannot append to {self.root}: its rewards follow {had}, these episodes' {reward}")
             self.features = self.info["features"]
             stats_path = self.root / fmt.STATS_PATH
             self.stats = fmt.stats_from_json(json.loads(stats_path.read_text())) if stats_path.exists() else None
@@ -101,6 +105,8 @@ class LeRobotWriter:
             self.root.mkdir(parents=True, exist_ok=True)
             self.features = dict(features)
             self.info = fmt.empty_info(fps, self.features, robot_type)
+            if reward is not None:
+                self.info[fmt.REWARD_INFO_KEY] = dict(reward)
             self.stats = None
             self.tasks: dict[str, int] = {}
             fmt.write_json_atomic(self.root / fmt.INFO_PATH, self.info)

@@ -100,7 +100,7 @@ class Trainer(Supervision):
                     f"reward.classifier={cfg.reward.classifier} was trained on state_dim {rs['state_dim']} and cameras "
                     f"{sorted(rs['cameras'])}; this env has state_dim {own_state} and cameras {sorted(self.spec.cameras)}"
                 )
-        check_demos(cfg.demos, self.spec)
+        check_demos(cfg.demos, self.spec, None if reward_settings(cfg) else cfg.env)
         self.rollout_server = None
         if plan.rollout is not None:
             self._start_rollout_server()
@@ -120,6 +120,8 @@ class Trainer(Supervision):
                     float(cfg.buffer.get("segment_mb", 256.0)),
                     reward_settings(cfg),
                     bool(self.spec.instruction),
+                    int(cfg.algo.get("n_step", 1)),
+                    float(cfg.algo.get("gamma", 0.99)),
                 )
             )
         self._learner_cls = ray.remote(Learner)
@@ -289,18 +291,24 @@ class Trainer(Supervision):
             self._started_ray = False
 
 
-def check_demos(path: str | None, spec) -> None:
-    """Refuse a demonstration dataset that does not fit the env, before anything trains."""
+def check_demos(path: str | None, spec, env_cfg=None) -> None:
+    """Refuse a demonstration dataset that does not fit the env, before anything trains.
+    ``env_cfg``: also refuse rewards recorded under other reward settings (None where a
+    learned reward relabels them)."""
     if not path:
         return
     if not (Path(path) / "meta" / "info.json").exists():
         return  # a replay log: its schema is checked when batches are drawn
-    from rlinf_user.data.lerobot_format import DatasetError
+    from rlinf_user.data.lerobot_format import REWARD_INFO_KEY, DatasetError, reward_mismatch
     from rlinf_user.data.lerobot_reader import LeRobotReader, demo_mismatch
 
     try:
-        problems = demo_mismatch(LeRobotReader(path), spec)
+        reader = LeRobotReader(path)
+        problems = demo_mismatch(reader, spec)
     except DatasetError as err:
         raise RunError(f"demos={path}: {err}") from err
+    reward = reward_mismatch(reader.info.get(REWARD_INFO_KEY), env_cfg) if env_cfg is not None else None
+    if reward:
+        problems.append(reward)
     if problems:
         raise RunError(f"demos={path} does not fit this env: " + "; ".join(problems))

@@ -202,3 +202,26 @@ def test_only_human_steps_of_a_session_become_demonstrations(tmp_path):
     w.close()
     with pytest.raises(ValueError, match="no human-controlled transitions"):
         load_demo_buffer(str(policy_only))
+
+
+def test_demos_recorded_under_other_reward_settings_are_refused(tmp_path):
+    from omegaconf import OmegaConf
+
+    from rlinf_user.env.spec import EnvSpec
+    from rlinf_user.runtime.run_record import RunError
+    from rlinf_user.runtime.trainer import check_demos
+
+    root = tmp_path / "ds"
+    dense = OmegaConf.create({"reward": "dense", "success_bonus": 15.0})
+    w = LeRobotWriter(root, FPS, fmt.contract_features(4, {}, FPS), reward=fmt.reward_info(dense))
+    record(w, 0, 5)
+    w.close()
+    assert json.loads((root / "meta/info.json").read_text())[fmt.REWARD_INFO_KEY] == {"reward": "dense", "success_bonus": 15.0}
+    spec = EnvSpec(state_dim=4, cameras={})
+    check_demos(str(root), spec, dense)  # the same settings: fine
+    check_demos(str(root), spec, None)  # a learned reward relabels them: fine
+    with pytest.raises(RunError, match="env.reward=dense env.success_bonus=15.0.*record them again"):
+        check_demos(str(root), spec, OmegaConf.create({"reward": "sparse", "success_bonus": 0.0}))
+    # appending episodes recorded under other settings is refused too
+    with pytest.raises(fmt.DatasetError, match="rewards follow"):
+        LeRobotWriter(root, FPS, fmt.contract_features(4, {}, FPS), resume=True, reward={"reward": "sparse", "success_bonus": 0.0})
