@@ -41,6 +41,10 @@ class SAC(Algorithm):
         out = super().problems(algo_cfg, policy_cfg, spec)
         if str(algo_cfg.name) == "sac_flow" and str(policy_cfg.name) != "flow":
             out.append(f"algo=sac_flow trains a flow policy: set policy=flow (policy={policy_cfg.name})")
+        if int(algo_cfg.get("n_step", 1)) < 1:
+            out.append(f"algo.n_step={algo_cfg.n_step}: n-step returns need n >= 1 (1: one-step targets)")
+        if int(algo_cfg.get("critic_warmup_updates", 0)) < 0:
+            out.append(f"algo.critic_warmup_updates={algo_cfg.critic_warmup_updates} must be >= 0")
         if str(algo_cfg.name) != "sac_flow" and str(policy_cfg.name) == "flow":
             out.append(f"policy=flow is trained by SAC through algo=sac_flow (algo={algo_cfg.name})")
         return out
@@ -92,8 +96,10 @@ class SAC(Algorithm):
     def _critic_loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
         obs, next_obs = batch["obs"], batch["next_obs"]
         reward = batch["reward"] * self.cfg.reward_scale
-        not_done = 1.0 - batch["terminated"]
+        # the bootstrap's factor: gamma^k (0 after a terminal state), the buffer's with n-step returns
+        discount = batch["discount"] if "discount" in batch else self.cfg.gamma * (1.0 - batch["terminated"])
         alpha = self.alpha.detach()
+        backup = 1.0 if self.cfg.backup_entropy else 0.0
         enc = self.policy.encoder
         if self.crossq:
             feats = enc(obs)
@@ -103,13 +109,13 @@ class SAC(Algorithm):
             q_all = self.critic(torch.cat([feats, next_feats.detach()]), torch.cat([batch["action"], next_a]))
             q, next_q = q_all.split(feats.shape[0], dim=1)
             with torch.no_grad():
-                target = reward + not_done * self.cfg.gamma * (self._target_min(next_q) - alpha * next_logp)
+                target = reward + discount * (self._target_min(next_q) - backup * alpha * next_logp)
         else:
             feats = enc(obs)
             with torch.no_grad():
                 next_a, next_logp = self.policy.sample_features(enc(next_obs))
                 next_q = self.target_critic(self.target_encoder(next_obs), next_a)
-                target = reward + not_done * self.cfg.gamma * (self._target_min(next_q) - alpha * next_logp)
+                target = reward + discount * (self._target_min(next_q) - backup * alpha * next_logp)
             q = self.critic(feats, batch["action"])
         loss = F.mse_loss(q, target.unsqueeze(0).expand_as(q)) * q.shape[0]
         return loss, {"critic_loss": loss.item() / q.shape[0], "q_mean": q.mean().item()}
@@ -122,14 +128,19 @@ class SAC(Algorithm):
         q = self.critic(feats, action).mean(dim=0)
         if self.crossq:
             self.critic.train()
-        actor_loss = (self.alpha.detach() * logp - q).mean()
         metrics = {"entropy": -logp.mean().item()}
         demo = batch.get("from_demos")
         if self.cfg.bc_weight > 0 and demo is not None and bool((demo > 0).any()):
+            # TD3+BC (Fujimoto & Gu 2021): the Q term over its batch mean magnitude, so the
+            # BC term's weight means the same as the critic grows. Not below 1: Q-values
+            # near 0 (a sparse reward, early on) would otherwise amplify the critic's noise
+            q = q / q.abs().mean().detach().clamp_min(1.0)
             rows = demo > 0
             bc = (action[rows] - batch["action"][rows]).square().sum(-1).mean()
-            actor_loss = actor_loss + self.cfg.bc_weight * bc
+            actor_loss = (self.alpha.detach() * logp - q).mean() + self.cfg.bc_weight * bc
             metrics["bc_loss"] = bc.item()
+        else:
+            actor_loss = (self.alpha.detach() * logp - q).mean()
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         return actor_loss, alpha_loss, metrics
 
@@ -147,7 +158,8 @@ class SAC(Algorithm):
             nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.grad_clip)
         self.critic_opt.step()
         self.num_updates += 1
-        if self.num_updates % self.cfg.actor_update_every == 0:
+        warm = self.num_updates <= int(self.cfg.critic_warmup_updates)  # the critic learns the policy's worth first
+        if not warm and self.num_updates % self.cfg.actor_update_every == 0:
             actor_loss, alpha_loss, m = self._actor_loss(batch)
             self.actor_opt.zero_grad(set_to_none=True)
             self.backward(actor_loss, self.actor_opt)

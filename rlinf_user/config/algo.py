@@ -17,6 +17,9 @@ class SACConfig:
 
     name: str = "sac"
     gamma: float = 0.9
+    # n-step returns: each target sums n rewards and bootstraps from the state n steps on
+    # (shorter at an episode's end); computed in the buffer per env stream, in the order it ran
+    n_step: int = 1
     tau: float = 0.005
     batch_size: int = 256
     actor_lr: float = 3e-4
@@ -24,6 +27,10 @@ class SACConfig:
     alpha_lr: float = 3e-4
     init_temperature: float = 1.0
     target_entropy: float | None = None  # default -action_dim / 2
+    # the entropy bonus in the critic's target (SAC's soft value). false: the temperature
+    # acts on the actor only (as RLPD's and SERL's pick configs set it), so a sharp cloned
+    # policy's log-probs do not swamp a sparse reward in the Q-values
+    backup_entropy: bool = True
     num_critics: int = 2
     num_min_critics: int = 2  # REDQ-style random subset for the target min
     utd_ratio: float = 1.0  # critic updates per env step (across all envs)
@@ -36,10 +43,13 @@ class SACConfig:
     batch_norm: bool = False  # CrossQ: batch-renorm critics, no target network
     demo_ratio: float = 0.0  # fraction of each batch drawn from demos (RLPD: 0.5)
     bc_warmup_updates: int = 0  # behaviour-clone the actor on demos=... before RL starts
-    # the actor loss adds bc_weight x the squared distance of its action to the demonstrated
-    # one on each batch's demo rows (TD3+BC-style): a cloned policy survives the critic's
-    # first, uninformed gradients (needs demo_ratio > 0)
+    # TD3+BC: the actor loss adds bc_weight x the squared distance of its action to the
+    # demonstrated one on each batch's demo rows, and its Q term is divided by the batch's
+    # mean |Q| (TD3+BC's alpha = 2.5 is bc_weight = 0.4); needs demo_ratio > 0
     bc_weight: float = 0.0
+    # critic-only updates first: the actor (a cloned policy, say) is held until the critic
+    # has learned what it is worth, so its first gradients are not an untrained critic's
+    critic_warmup_updates: int = 0
     drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
     grad_clip: float = 0.0
     reward_scale: float = 1.0

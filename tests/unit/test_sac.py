@@ -147,3 +147,53 @@ def test_bc_weight_holds_the_actor_on_demonstrated_actions():
     assert (with_bc - 0.6).abs().max() < 0.15 and (without - 0.6).abs().mean() > 0.3
     with pytest.raises(ConfigError, match="demo_ratio=0 draws none"):
         validate(compose_config(["algo.bc_weight=1.0"]))
+
+
+def test_critic_warmup_holds_the_actor_and_backup_entropy_leaves_the_target():
+    """critic_warmup_updates: the actor and temperature do not move while the critic
+    warms up. backup_entropy=false: a sharp policy's log-probs stay out of the Q-target
+    (a zero reward then gives Q ~ 0, not minus the entropy term)."""
+
+    def run(extra, updates):
+        torch.manual_seed(0)
+        cfg = compose_config(["policy.hidden=[64,64]", "algo.critic_lr=1e-3", "algo.init_temperature=0.5", *extra])
+        agent = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+        actor0 = [p.detach().clone() for n, p in agent.policy.named_parameters() if not n.startswith("encoder.")]
+        for _ in range(updates):
+            b = _batch(reward=0.0)
+            b["terminated"] = torch.zeros(64)
+            agent.update(b)
+        moved = any(not torch.equal(a, p) for a, (n, p) in
+                    zip(actor0, [(n, p) for n, p in agent.policy.named_parameters() if not n.startswith("encoder.")]))  # fmt: skip
+        with torch.no_grad():
+            b = _batch(256)
+            q = agent.critic(agent.policy.encoder(b["obs"]), b["action"]).mean().item()
+        return agent, moved, q
+
+    agent, moved, _ = run(["algo.critic_warmup_updates=50"], 50)
+    assert not moved and agent.alpha.item() == pytest.approx(0.5)
+    _, moved, _ = run(["algo.critic_warmup_updates=50"], 51)
+    assert moved
+    # with the entropy backed up, Q drifts to -alpha * E[log pi] / (1 - gamma) territory
+    _, _, q_soft = run(["algo.critic_warmup_updates=400", "algo.gamma=0.9"], 400)
+    _, _, q_plain = run(["algo.critic_warmup_updates=400", "algo.gamma=0.9", "algo.backup_entropy=false"], 400)
+    assert abs(q_plain) < 0.1 and abs(q_soft - q_plain) > 0.3
+
+
+def test_td3bc_term_is_scale_free():
+    """With bc_weight the Q term is divided by its mean magnitude (once above 1): the same
+    critic scaled by 100 or by 1000 gives the same actor loss."""
+    torch.manual_seed(0)
+    cfg = compose_config(["policy.hidden=[64,64]", "algo.demo_ratio=0.5", "algo.bc_weight=1.0", "algo.init_temperature=0.01"])
+    agent = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    b = _batch()
+    b["from_demos"] = (torch.arange(64) >= 32).float()
+    last = [m for m in agent.critic.modules() if isinstance(m, EnsembleLinear)][-1]
+    losses = []
+    for scale in (100.0, 10.0):
+        with torch.no_grad():
+            last.weight.mul_(scale)
+            last.bias.mul_(scale)
+        torch.manual_seed(1)
+        losses.append(agent._actor_loss(b)[0].item())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4)
