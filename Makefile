@@ -1,6 +1,8 @@
 # The two set-up commands (see README):
-#   make train   install, then train the default job (gym_hil MuJoCo Franka pick-cube, state, SAC,
-#                this machine) until evaluation success reaches 90%
+#   make train   install, then the default job: record 20 demonstrations of gym_hil's MuJoCo
+#                Franka pick-cube with the block placed at random (the sim's scripted expert on a
+#                simulated SpaceMouse), then train RLPD on them (state, this machine) until
+#                evaluation success on 50 held-out block positions reaches 90%
 #   make test    install (plus robosuite's own environment and LeRobot's dataset code as a test
 #                oracle), then run the test suite (what CI runs)
 .PHONY: install train test bench
@@ -8,8 +10,12 @@
 install:
 	bash scripts/install.sh
 
+DEMOS ?= runs/demos/pick-random-20
+
 train: install
-	.venv/bin/rlinf-user train target_success=0.9 $(ARGS)
+	test -f $(DEMOS)/meta/info.json || .venv/bin/rlinf-user teleop --sim gym_hil_random teleop=synthetic \
+		dataset.root=$(DEMOS) dataset.episodes=20
+	.venv/bin/rlinf-user train --sim gym_hil_random algo=rlpd demos=$(DEMOS) target_success=0.9 $(ARGS)
 
 test: install
 	bash scripts/install_robosuite_env.sh

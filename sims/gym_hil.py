@@ -10,7 +10,11 @@ task's Cartesian bounds; ``rx, ry, rz`` are ignored (orientation is held); ``gra
 *change* of the normalised Robotiq 2F-85 command (0 open .. 1 closed). The contract
 translation is scaled by ``ee_step_size`` (default 0.025 m, gym_hil's
 ``DEFAULT_EE_STEP_SIZE``); rotation dims are inactive; the contract's absolute gripper
-(-1 open, +1 closed) becomes the delta that reaches the command ``(g + 1) / 2``.
+(-1 open, +1 closed) becomes the delta that reaches the command ``(g + 1) / 2``. With
+``gripper_threshold`` (``env.kwargs.gripper_threshold=0.5``) the gripper is driven as the
+edge daemon drives a real one (``safety.gripper_threshold``): fully closed once ``g`` is
+above the threshold, fully open below minus it, held in between. A continuous command
+lets a policy drift to a half-closed gripper that cannot pass around the block.
 
 Observation. ``state`` = gym_hil's ``agent_pos`` (joint qpos 7, qvel 7, gripper command
 scaled to [0, 1], TCP position 3) followed, for state-only envs, by ``environment_state``
@@ -101,6 +105,7 @@ class GymHilEnv(ContractEnv):
         control_hz: float = 10.0,
         seed: int | None = None,
         ee_step_size: float = DEFAULT_EE_STEP,
+        gripper_threshold: float | None = None,
         **kwargs: Any,
     ) -> None:
         env_id = resolve_task(task)
@@ -121,6 +126,10 @@ class GymHilEnv(ContractEnv):
         self.cameras = tuple(cameras)
         self.max_episode_steps = int(max_episode_steps)
         self._step_size = float(ee_step_size)
+        if gripper_threshold is not None and not 0.0 <= float(gripper_threshold) < 1.0:
+            raise ValueError(f"gripper_threshold must be in [0, 1), got {gripper_threshold}")
+        self._gripper_threshold = None if gripper_threshold is None else float(gripper_threshold)
+        self._gripper_closed = False
         self.action_spec = ActionSpec(
             frame="base",
             max_translation=self._step_size,
@@ -193,11 +202,20 @@ class GymHilEnv(ContractEnv):
         sub_seed = int(self.np_random.integers(2**31 - 1))
         with _global_numpy_seed(sub_seed):
             raw, info = self._env.reset(seed=sub_seed)
+        self._gripper_closed = False  # gym_hil resets the gripper open
         return self._observation(raw), {"success": False, **info}
 
     def _step(self, action: np.ndarray) -> tuple[dict[str, Any], float, bool, dict[str, Any]]:
         gripper_now = float(self._env.get_gripper_pose()[0]) / _MAX_GRIPPER_COMMAND
-        target = (float(action[6]) + 1.0) / 2.0
+        g = float(action[6])
+        if self._gripper_threshold is None:
+            target = (g + 1.0) / 2.0
+        else:  # as the edge drives a real gripper: close above +t, open below -t, else hold
+            if g > self._gripper_threshold:
+                self._gripper_closed = True
+            elif g < -self._gripper_threshold:
+                self._gripper_closed = False
+            target = 1.0 if self._gripper_closed else 0.0
         native = np.zeros(7, dtype=np.float64)
         native[:3] = action[:3].astype(np.float64) * self._step_size
         native[6] = target - gripper_now

@@ -17,7 +17,7 @@ EPILOG = (
 
 def _env_args(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--sim", metavar="NAME", help="simulator backend: maniskill | gym_hil | robosuite | reach")
+    where.add_argument("--sim", metavar="NAME", help="simulator: maniskill | gym_hil | gym_hil_random | robosuite | reach | reach_color")
     where.add_argument("--robot", metavar="NAME", help="real robot behind the edge daemon: franka")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")

@@ -62,3 +62,31 @@ def test_random_block_position_is_seeded_without_touching_global_numpy() -> None
         assert not np.allclose(block[0], block[2])
     finally:
         env.close()
+
+
+def test_a_gripper_threshold_drives_the_gripper_as_the_edge_does() -> None:
+    """gripper_threshold=0.5: closed above +0.5, open below -0.5, held in between (the
+    edge's safety.gripper_threshold), never the half-closed command a continuous -0.4
+    gives; a value outside [0, 1) is refused."""
+
+    def command_after(env, values):
+        env.reset(seed=0)
+        out = []
+        for g in values:
+            a = np.zeros(7, np.float32)
+            a[6] = g
+            out.append(round(float(env.step(a)[0]["state"][14]), 2))
+        return out
+
+    continuous = make_env(_cfg(), seed=0)
+    binary = make_env(_cfg(kwargs={"gripper_threshold": 0.5}), seed=0)
+    try:
+        assert command_after(continuous, [-0.4]) == [0.3]
+        assert command_after(binary, [-0.4, 0.6, 0.2, -0.2, -0.7, 0.3]) == [0.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+        binary.step(np.r_[np.zeros(6), 1.0].astype(np.float32))
+        assert command_after(binary, [0.0]) == [0.0]  # a reset opens it again
+    finally:
+        continuous.close()
+        binary.close()
+    with pytest.raises(ValueError, match="gripper_threshold"):
+        make_env(_cfg(kwargs={"gripper_threshold": 1.5}))

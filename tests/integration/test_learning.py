@@ -70,3 +70,30 @@ def test_sac_learns_reach_on_distinct_goals(tmp_path):
     again = evaluate_policy(env, policy, cfg.eval_episodes)
     env.close()
     assert abs(again["success_rate"] - summary["best_eval_success"]) <= 0.1, (again, summary["best"])
+
+
+@pytest.mark.slow
+def test_the_default_job_learns_the_randomised_pick_from_20_demonstrations(tmp_path):
+    """`make train` shortened: 20 scripted demonstrations recorded through the teleop path,
+    then RLPD with the randomised pick's recipe until 90% of 20 held-out block positions
+    (seed 0 reached it at the first evaluation after the clone, 2,500 env steps)."""
+    import csv
+
+    from rlinf_user.cli.main import main
+
+    demos = tmp_path / "demos"
+    assert main(["teleop", "--sim", "gym_hil_random", "teleop=synthetic", f"dataset.root={demos}",
+                 "dataset.episodes=20", "seed=0"]) == 0  # fmt: skip
+    rc = main([
+        "train", "--sim", "gym_hil_random", "algo=rlpd", f"demos={demos}", "seed=0", "target_success=0.9",
+        f"eval_episodes={EVAL_EPISODES}", "eval_every_steps=2500", "total_env_steps=10000", "max_wall_minutes=8",
+        f"run_root={tmp_path}", "run_name=pick", "progress=false",
+    ])  # fmt: skip
+    assert rc == 0
+    with open(tmp_path / "pick" / "eval" / "history.csv") as f:
+        history = list(csv.DictReader(f))
+    print("RLPD randomised pick:", history)
+    start, reached = history[0], [h for h in history if float(h["success_rate"]) >= SUCCESS_THRESHOLD]
+    assert int(start["env_steps"]) == 0 and float(start["success_rate"]) < SUCCESS_THRESHOLD  # the clone alone falls short
+    assert reached, history
+    assert int(reached[0]["distinct_states"]) == EVAL_EPISODES and reached[0]["deterministic_reset"] == "0"

@@ -137,3 +137,19 @@ def test_rollout_server_placement():
     assert cpu.rollout.num_gpus == 0
     cluster = make_plan(compose_config(["placement=cluster", "placement.rollout.enabled=true"]).placement, False)
     assert cluster.rollout.resources == {"gpu_box": 0.01}  # on the GPU box with the learner
+
+
+def test_the_randomised_pick_carries_its_recipe_per_algorithm():
+    """--sim gym_hil_random: random block, sparse reward, 50 held-out positions; RLPD gets the
+    recipe's tuning unless the command line sets a key, SAC its own."""
+    cfg = compose_config(["algo=rlpd", "algo.bc_weight=2.0"], sim="gym_hil_random")
+    assert cfg.env.backend == "gym_hil" and cfg.env.kwargs.random_block_position is True
+    assert cfg.env.reward == "sparse" and cfg.env.success_bonus == 0.0 and cfg.eval_episodes == 50
+    a = cfg.algo
+    assert (a.n_step, a.num_critics, a.backup_entropy, a.bc_warmup_updates, a.critic_warmup_updates, a.paced) == (
+        3, 2, False, 3000, 2000, True)  # fmt: skip
+    assert a.bc_weight == 2.0  # the command line wins
+    sac = compose_config([], sim="gym_hil_random").algo
+    assert sac.name == "sac" and sac.n_step == 3 and sac.learning_starts == 2000 and sac.bc_warmup_updates == 0
+    with pytest.raises(ConfigError, match="n_step"):
+        validate(compose_config(["algo.n_step=0"], sim="gym_hil_random"))

@@ -1,0 +1,207 @@
+"""Sample efficiency on gym_hil's randomised pick (state), recipe against its ablations.
+
+Each seed records its own scripted demonstrations (``teleop=synthetic``, on block
+positions from that seed), then trains every variant until evaluation success reaches
+``--target`` on ``--eval-episodes`` held-out block positions, or ``--max-steps`` env steps,
+or ``--minutes``. Every result carries the person's cost: the demonstration steps and
+the supervisor's steps and take-overs (a take-over is a stretch of supervisor-driven
+steps). Writes ``results/<name>.json`` and ``results/<name>_curve.png`` (success against
+env steps and against wall-clock, mean and range over seeds).
+
+    python benchmarks/bench_pick_random.py --seeds 0 1 2 --variants recipe
+    python benchmarks/bench_pick_random.py --seeds 0 --variants one_step no_bc sac --append
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from machine import describe
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ENV: list[str] = []  # configs/sim/gym_hil_random.yaml: random block, sparse reward, 50 held-out positions
+DEMO_EPISODES = 20
+# the default job's recipe: configs/sim/gym_hil_random.yaml's tuning for rlpd, with the demos
+RECIPE = ["algo=rlpd", "demos={demos}"]
+SAME_TUNING = ["algo.demo_ratio=0.5", "demos={demos}", "algo.n_step=3", "algo.backup_entropy=false",
+               "algo.init_temperature=0.01", "algo.bc_warmup_updates=3000", "algo.critic_warmup_updates=2000",
+               "algo.bc_weight=1.0", "algo.learning_starts=0", "algo.paced=true"]  # fmt: skip
+VARIANTS: dict[str, list[str]] = {
+    "recipe": RECIPE,
+    # the recipe without one of its parts
+    "one_step": [*RECIPE, "algo.n_step=1"],
+    "no_bc": [*RECIPE, "algo.bc_warmup_updates=0", "algo.critic_warmup_updates=0", "algo.bc_weight=0"],
+    "entropy_backup": [*RECIPE, "algo.backup_entropy=true"],
+    # ... or with more of something
+    "ten_critics": [*RECIPE, "algo.num_critics=10"],
+    "utd2": [*RECIPE, "algo.utd_ratio=2"],
+    "crossq": ["algo=crossq", *SAME_TUNING],
+    # no demonstrations: the scripted supervisor takes over when the pick stalls (HIL-SERL
+    # style); its steps are drawn on the demo side of each batch and pull the actor (bc_weight)
+    "supervisor": ["algo=rlpd", "algo.bc_warmup_updates=0", "algo.critic_warmup_updates=0",
+                   "intervention.enabled=true", "intervention.synthetic_human=true"],  # fmt: skip
+    "sac": ["algo=sac"],  # from scratch: no demonstrations, no supervisor
+}
+
+
+def record_demos(root: Path, seed: int) -> int:
+    from rlinf_user.cli.main import main
+
+    rc = main(["teleop", "--sim", "gym_hil_random", "teleop=synthetic", *ENV, f"dataset.root={root}",
+               f"dataset.episodes={DEMO_EPISODES}", f"seed={seed}"])  # fmt: skip
+    if rc != 0:
+        raise SystemExit(f"recording demonstrations exited {rc}")
+    return int(json.loads((root / "meta" / "info.json").read_text())["total_frames"])
+
+
+def supervisor_steps(run: Path) -> tuple[int, int]:
+    """(supervisor-driven steps, take-overs) from the run's replay log."""
+    from rlinf_user.data.record_log import RecordLog
+
+    rows = [(int(e), int(s), bool(f)) for c in RecordLog(run / "buffer").read_all()
+            for e, s, f in zip(c["env_id"], c["step"], c["intervention"])]  # fmt: skip
+    steps = takeovers = 0
+    last: dict[int, tuple[int, bool]] = {}
+    for env, step, flag in sorted(rows):
+        prev = last.get(env)
+        if flag:
+            steps += 1
+            if prev is None or not prev[1] or prev[0] != step - 1:
+                takeovers += 1
+        last[env] = (step, flag)
+    return steps, takeovers
+
+
+def run_variant(name: str, seed: int, args, work: Path, demos: Path, demo_steps: int) -> dict:
+    from rlinf_user.cli.main import main
+
+    run_name = f"{name}_s{seed}"
+    overrides = [o.format(demos=demos) for o in VARIANTS[name]]
+    argv = [
+        "train", "--sim", "gym_hil_random", *ENV, f"seed={seed}", f"target_success={args.target}",
+        f"max_wall_minutes={args.minutes}", f"total_env_steps={args.max_steps}", f"eval_every_steps={args.eval_every}",
+        f"eval_episodes={args.eval_episodes}", "eval_at_start=true", f"run_root={work}", f"run_name={run_name}",
+        "progress=false", *overrides,
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    rc = main(argv)
+    if rc != 0:
+        raise SystemExit(f"{name} seed {seed}: train exited {rc}")
+    run = work / run_name
+    with open(run / "eval" / "history.csv") as f:
+        history = [{k: float(v) for k, v in h.items()} for h in csv.DictReader(f)]
+    summary = json.loads((run / "eval" / "summary.json").read_text())
+    reached = next((h for h in history if h["success_rate"] >= args.target), None)
+    used_demos = any(o.startswith("demos=") for o in overrides)
+    sup_steps, takeovers = supervisor_steps(run)
+    env_steps = int(summary["env_steps"])
+    human = (demo_steps if used_demos else 0) + sup_steps
+    shutil.copy(run / "eval" / "history.csv", RESULTS / f"{args.name}_{run_name}_history.csv")
+    return {
+        "variant": name,
+        "seed": seed,
+        "overrides": overrides,
+        "reached_target": reached is not None,
+        "env_steps_to_target": int(reached["env_steps"]) if reached else None,
+        "minutes_to_target": round(reached["wall_seconds"] / 60, 2) if reached else None,
+        "success_at_target": [reached["success_rate"], reached["ci95_low"], reached["ci95_high"]] if reached else None,
+        "best_eval_success": summary["best_eval_success"],
+        "final_eval": summary.get("final_eval"),
+        "env_steps": env_steps,
+        "wall_minutes": round((time.monotonic() - t0) / 60, 2),
+        "demo_steps": demo_steps if used_demos else 0,
+        "supervisor_steps": sup_steps,
+        "takeovers": takeovers,
+        "human_share": round(human / max(1, env_steps + (demo_steps if used_demos else 0)), 4),
+        "history": history,
+    }
+
+
+def plot(rows: list[dict], path: Path, target: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_s, ax_t) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, variant in enumerate(dict.fromkeys(r["variant"] for r in rows)):
+        runs = [r for r in rows if r["variant"] == variant]
+        colour = f"C{i}"
+        for key, ax, scale in (("env_steps", ax_s, 1e-3), ("wall_seconds", ax_t, 1 / 60)):
+            grid = np.unique(np.concatenate([[h[key] * scale for h in r["history"]] for r in runs]))
+            # each seed's success held from one evaluation to the next (a step function)
+            curves = []
+            for r in runs:
+                xs = np.array([h[key] * scale for h in r["history"]])
+                ys = np.array([h["success_rate"] for h in r["history"]])
+                at = np.searchsorted(xs, grid, side="right") - 1
+                curves.append(np.where((at >= 0) & (grid <= xs[-1]), ys[np.clip(at, 0, None)], np.nan))
+            curves = np.array(curves)
+            label = f"{variant} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
+            with np.errstate(all="ignore"):
+                ax.plot(grid, np.nanmean(curves, 0), color=colour, label=label, drawstyle="steps-post")
+                if len(runs) > 1:
+                    ax.fill_between(grid, np.nanmin(curves, 0), np.nanmax(curves, 0), color=colour, alpha=0.15, step="post")
+    for ax, xl in ((ax_s, "env steps (thousands; 36k = 1 h at 10 Hz)"), (ax_t, "wall-clock minutes (2 CPU cores)")):
+        ax.set_xlabel(xl)
+        ax.set_ylabel("evaluation success")
+        ax.set_ylim(-0.02, 1.02)
+        ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+        ax.grid(alpha=0.3)
+    ax_s.legend(fontsize=8, loc="lower right")
+    n = rows[0]["history"][0].get("episodes", 0)
+    fig.suptitle(f"gym_hil pick, random block (state): mean and range over seeds, {int(n)} held-out positions per evaluation")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--variants", nargs="+", default=["recipe"], choices=list(VARIANTS))
+    ap.add_argument("--minutes", type=float, default=15.0)
+    ap.add_argument("--max-steps", type=int, default=30000)
+    ap.add_argument("--target", type=float, default=0.9)
+    ap.add_argument("--eval-episodes", type=int, default=50)
+    ap.add_argument("--eval-every", type=int, default=2500)
+    ap.add_argument("--name", default="pick_random")
+    ap.add_argument("--append", action="store_true", help="keep the results file's other runs")
+    args = ap.parse_args()
+    RESULTS.mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-pick-random-"))
+    rows = []
+    for seed in args.seeds:
+        demos = work / f"demos_s{seed}"
+        demo_steps = record_demos(demos, seed) if any("{demos}" in " ".join(VARIANTS[v]) for v in args.variants) else 0
+        rows += [run_variant(v, seed, args, work, demos, demo_steps) for v in args.variants]
+    path = RESULTS / f"{args.name}.json"
+    if args.append and path.exists():
+        new = {(r["variant"], r["seed"]) for r in rows}
+        rows = [r for r in json.loads(path.read_text())["runs"] if (r["variant"], r["seed"]) not in new] + rows
+    out = {
+        "task": "gym_hil PandaPickCube, random block position (20 x 30 cm), state observations, sparse reward",
+        "machine": describe(),
+        "target_success": args.target,
+        "eval_episodes": args.eval_episodes,
+        "demo_episodes": DEMO_EPISODES,
+        "date": time.strftime("%Y-%m-%d"),
+        "runs": rows,
+    }
+    path.write_text(json.dumps(out, indent=2))
+    plot(rows, RESULTS / f"{args.name}_curve.png", args.target)
+    for r in rows:
+        print(f"{r['variant']:<12} seed {r['seed']}: to {args.target:.0%}: {r['env_steps_to_target']} steps / "
+              f"{r['minutes_to_target']} min; best {r['best_eval_success']:.0%}; human share {r['human_share']:.1%} "
+              f"({r['demo_steps']} demo + {r['supervisor_steps']} supervisor steps, {r['takeovers']} take-overs)")  # fmt: skip
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
