@@ -17,7 +17,6 @@ convention (z forward, y down; MuJoCo's cameras look along -z with y up).
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -74,17 +73,32 @@ def _mat_str(R: np.ndarray) -> str:
 
 
 def _texture(spec: BoardSpec, folder: Path, name: str) -> Path:
+    """The board's picture as a PNG, written once per board layout (a shared cache file,
+    not a temporary folder per simulator start)."""
+    import hashlib
+    import os
+
     import cv2
 
-    path = folder / f"{name}.png"
-    img = spec.image(px_per_square=120)
-    cv2.imwrite(str(path), img)
+    key = hashlib.sha1(repr(spec).encode()).hexdigest()[:16]
+    path = folder / f"{name}-{key}.png"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        ok, data = cv2.imencode(".png", spec.image(px_per_square=120))
+        if not ok:
+            raise RuntimeError(f"could not encode the {name} board picture")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data.tobytes())
+        os.replace(tmp, path)  # another simulator starting at once writes the same bytes
     return path
 
 
 def calibration_scene(sim, scene: CalibrationScene = CalibrationScene()) -> None:
     """Add the boards and cameras to a franky_sim ``MujocoSimulator`` before it starts."""
-    folder = Path(tempfile.mkdtemp(prefix="rlinf-calib-scene-"))
+    import os
+
+    # the user's cache (RLINF_USER_CACHE, as the pretrained weights use)
+    folder = Path(os.environ.get("RLINF_USER_CACHE", Path.home() / ".cache" / "rlinf-user")).expanduser() / "calibration-scene"
     asset = sim.scene.find("asset")
     for name, spec in (("table_board", scene.table_board), ("hand_board", scene.hand_board)):
         ET.SubElement(asset, "texture", name=name, type="2d", file=str(_texture(spec, folder, name)))
