@@ -43,7 +43,11 @@ class EnvConfig:
     task: str = "PickCube-v1"
     max_episode_steps: int = 50
     cameras: list[str] = field(default_factory=list)  # empty: state-only observations
-    image_size: int = 128
+    image_size: int = 128  # every camera reaches the policy as image_size x image_size
+    # per camera, a box [x, y, w, h] cut from the frame before the resize to image_size (pixels
+    # of the frame as the env makes it: a simulator's render_size, a robot's served frame)
+    crops: dict[str, Any] = field(default_factory=dict)
+    render_size: int | None = None  # a simulator renders at this size (None: image_size)
     reward: str = "dense"  # dense | sparse (backends that support both)
     sim_device: str = "auto"  # auto | cpu | cuda (GPU-parallel where the backend has it)
     control_hz: float = 10.0

@@ -40,16 +40,25 @@ def backend_class(kind: str, name: str) -> type[ContractEnv]:
 
 def make_env(env_cfg: Any, seed: int | None = None) -> ContractEnv:
     """Build one env from an ``EnvConfig`` (see ``rlinf_user.config.schema``)."""
-    env = backend_class(env_cfg.kind, env_cfg.backend).from_config(env_cfg, seed=seed)
+    from rlinf_user.env.crops import CropResize, parse_crops, render_config
+
+    crops = parse_crops(env_cfg)
+    inner = render_config(env_cfg)
+    env = backend_class(env_cfg.kind, env_cfg.backend).from_config(inner, seed=seed)
     texts = getattr(env_cfg, "instruction", None)
     if texts:
         env.set_instructions(list(texts) if not isinstance(texts, str) else texts)
+    if crops or inner is not env_cfg:
+        env = CropResize(env, crops, int(env_cfg.image_size))
     return env
 
 
 def validate_env_config(env_cfg: Any) -> None:
     """Raise ``ValueError``/``UnknownBackendError`` for a bad backend, task or option,
     without building the env (used at the command line before any process starts)."""
+    from rlinf_user.env.crops import parse_crops
+
+    parse_crops(env_cfg)
     backend_class(env_cfg.kind, env_cfg.backend).validate_config(env_cfg)
 
 
@@ -67,6 +76,10 @@ def make_vector_env(env_cfg: Any, num_envs: int, seed: int = 0):
 
     cls = backend_class(env_cfg.kind, env_cfg.backend)
     venv = cls.make_vector(env_cfg, num_envs, seed) if num_envs > 1 else None
+    if venv is not None and (getattr(env_cfg, "crops", None) or getattr(env_cfg, "render_size", None)):
+        venv.close()
+        raise ValueError(f"env.crops/env.render_size are applied to single envs; {env_cfg.backend}'s GPU-parallel "
+                         "envs do not take them yet (set env.sim_device=cpu)")  # fmt: skip
     if venv is None:
         venv = EnvBatch([partial(make_env, env_cfg, seed + i) for i in range(num_envs)])
     return ShapedVectorEnv(venv, float(getattr(env_cfg, "success_bonus", 0.0) or 0.0))

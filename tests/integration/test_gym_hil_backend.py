@@ -90,3 +90,32 @@ def test_a_gripper_threshold_drives_the_gripper_as_the_edge_does() -> None:
         binary.close()
     with pytest.raises(ValueError, match="gripper_threshold"):
         make_env(_cfg(kwargs={"gripper_threshold": 1.5}))
+
+
+def test_camera_crops_and_render_size_apply_where_the_env_is_built() -> None:
+    """env.crops + env.render_size: the sim renders at 160, the box is cut, every camera is
+    resized to image_size; the pixels are crop_resize's (the edge's own camera crop)."""
+    from rlinf_user.env.registry import validate_env_config
+    from rlinf_user.robots.cameras.base import crop_resize
+
+    crop = [20, 10, 120, 100]
+    cropped = make_env(_cfg(cameras=["front", "wrist"], image_size=64, render_size=160, crops={"front": crop}), seed=0)
+    full = make_env(_cfg(cameras=["front", "wrist"], image_size=160), seed=0)
+    try:
+        assert cropped.observation_space["images"]["front"].shape == (64, 64, 3)
+        obs, _ = cropped.reset(seed=3)
+        ref, _ = full.reset(seed=3)
+        np.testing.assert_array_equal(obs["images"]["front"], crop_resize(ref["images"]["front"], tuple(crop), (64, 64)))
+        np.testing.assert_array_equal(obs["images"]["wrist"], crop_resize(ref["images"]["wrist"], None, (64, 64)))
+        nxt = cropped.step(np.zeros(7, np.float32))[0]
+        assert nxt["images"]["front"].shape == (64, 64, 3)
+        assert cropped.max_episode_steps == full.max_episode_steps  # the backend's attributes pass through
+    finally:
+        cropped.close()
+        full.close()
+    with pytest.raises(ValueError, match="outside the camera's 160x160 frame"):
+        make_env(_cfg(cameras=["front"], image_size=64, render_size=160, crops={"front": [100, 0, 100, 100]}))
+    for crops, match in (({"side": crop}, "not one of this env's cameras"), ({"front": [0, 0, 4, 4]}, "under 8x8"),
+                         ({"front": [0, 0, 10]}, r"\[x, y, w, h\]")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            validate_env_config(_cfg(cameras=["front"], crops=crops))
