@@ -136,13 +136,15 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
         colour = f"C{i}"
         for key, ax, scale in (("env_steps", ax_s, 1e-3), ("wall_seconds", ax_t, 1 / 60)):
             grid = np.unique(np.concatenate([[h[key] * scale for h in r["history"]] for r in runs]))
-            # each seed's success held from one evaluation to the next (a step function)
+            # each seed's success held from one evaluation to the next (a step function); a
+            # run that stopped at its target keeps its last evaluation (it keeps that policy)
             curves = []
             for r in runs:
                 xs = np.array([h[key] * scale for h in r["history"]])
                 ys = np.array([h["success_rate"] for h in r["history"]])
                 at = np.searchsorted(xs, grid, side="right") - 1
-                curves.append(np.where((at >= 0) & (grid <= xs[-1]), ys[np.clip(at, 0, None)], np.nan))
+                curves.append(np.where(at >= 0, ys[np.clip(at, 0, None)], np.nan))
+                ax.plot(xs, ys, color=colour, alpha=0.35, linewidth=0.8, drawstyle="steps-post")
             curves = np.array(curves)
             label = f"{variant} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
             with np.errstate(all="ignore"):
@@ -157,9 +159,15 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
         ax.grid(alpha=0.3)
     ax_s.legend(fontsize=8, loc="lower right")
     n = rows[0]["history"][0].get("episodes", 0)
-    fig.suptitle(f"gym_hil pick, random block (state): mean and range over seeds, {int(n)} held-out positions per evaluation")
+    fig.suptitle(f"gym_hil pick, random block (state): mean (thick), range (band) and each seed (thin) over seeds; "
+                 f"{int(n)} held-out positions per evaluation", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def replot(name: str, target: float) -> None:
+    data = json.loads((RESULTS / f"{name}.json").read_text())
+    plot(data["runs"], RESULTS / f"{name}_curve.png", target)
 
 
 def main() -> None:
@@ -173,7 +181,10 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=2500)
     ap.add_argument("--name", default="pick_random")
     ap.add_argument("--append", action="store_true", help="keep the results file's other runs")
+    ap.add_argument("--replot", action="store_true", help="only redraw the curve from the results file")
     args = ap.parse_args()
+    if args.replot:
+        return replot(args.name, args.target)
     RESULTS.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-pick-random-"))
     rows = []
