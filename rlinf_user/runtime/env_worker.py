@@ -324,7 +324,7 @@ class EnvWorker:
                 rewards, classified = self.reward.score(self._own_next(next_obs, terms, truncs, infos))
                 self.episode_classified |= classified
                 if self.reward_ends_episode:
-                    terms = self._end_classified(classified, next_obs, terms, truncs, infos)
+                    terms, truncs = self._end_classified(classified, next_obs, terms, truncs, infos)
             for i, info in enumerate(infos):  # a streamed chunk: what the robot really ran
                 if "applied_action" in info:
                     actions[i] = info["applied_action"]
@@ -441,13 +441,17 @@ class EnvWorker:
             self.supervisor.begin_episode()
         return ep
 
-    def _end_classified(self, classified, next_obs, terms, truncs, infos) -> np.ndarray:
+    def _end_classified(self, classified, next_obs, terms, truncs, infos) -> tuple[np.ndarray, np.ndarray]:
         """With ``reward.ends_episode``, a step the classifier calls a success ends its
         episode (HIL-SERL's rule). The env is reset in place: ``next_obs`` gets the new
         episode's first observation, ``infos`` the final one, and the step counts as
-        terminated."""
-        terms = np.array(terms, dtype=bool)
-        for i in np.flatnonzero(np.asarray(classified, dtype=bool) & ~terms & ~np.asarray(truncs, dtype=bool)):
+        terminated. A success on the step the time limit cut is terminated too (nothing
+        follows a success to bootstrap from); that episode has ended already."""
+        classified = np.asarray(classified, dtype=bool)
+        terms, truncs = np.array(terms, dtype=bool), np.array(truncs, dtype=bool)
+        cut = classified & truncs & ~terms
+        terms[cut], truncs[cut] = True, False
+        for i in np.flatnonzero(classified & ~terms & ~truncs):
             final = copy.deepcopy(index_obs(next_obs, int(i)))  # its rows are overwritten below
             first = self.envs.end_episode(int(i))
             next_obs["state"][i] = first["state"]
@@ -460,7 +464,7 @@ class EnvWorker:
                 next_obs[Col.INSTRUCTION] = instruction_array(texts)
             infos[i] = {**infos[i], "final_obs": final, "ended_by": "reward_classifier"}
             terms[i] = True
-        return terms
+        return terms, truncs
 
     def _own_next(self, next_obs, terms, truncs, infos) -> dict[str, Any]:
         """Each env's observation after the step (the final one where an episode ended), in
