@@ -75,11 +75,9 @@ def make_vector_env(env_cfg: Any, num_envs: int, seed: int = 0):
     from rlinf_user.env.vector import EnvBatch
 
     cls = backend_class(env_cfg.kind, env_cfg.backend)
-    venv = cls.make_vector(env_cfg, num_envs, seed) if num_envs > 1 else None
-    if venv is not None and (getattr(env_cfg, "crops", None) or getattr(env_cfg, "render_size", None)):
-        venv.close()
-        raise ValueError(f"env.crops/env.render_size are applied to single envs; {env_cfg.backend}'s GPU-parallel "
-                         "envs do not take them yet (set env.sim_device=cpu)")  # fmt: skip
+    # crops wrap single envs (make_env): with them, a GPU-parallel backend steps single envs
+    cropped = bool(getattr(env_cfg, "crops", None) or getattr(env_cfg, "render_size", None))
+    venv = cls.make_vector(env_cfg, num_envs, seed) if num_envs > 1 and not cropped else None
     if venv is None:
         venv = EnvBatch([partial(make_env, env_cfg, seed + i) for i in range(num_envs)])
     return ShapedVectorEnv(venv, float(getattr(env_cfg, "success_bonus", 0.0) or 0.0))
