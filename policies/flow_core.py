@@ -149,8 +149,9 @@ class JointFlowModel(nn.Module):
     # -- suffix ---------------------------------------------------------------------------
     def embed_suffix(self, state: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
-        s = self.state_proj(state)[:, None]
-        a = self.action_in_proj(x_t)
+        dtype = self.state_proj.weight.dtype  # float32 inputs into a bfloat16 model
+        s = self.state_proj(state.to(dtype))[:, None]
+        a = self.action_in_proj(x_t.to(dtype))
         te = time_embedding(t, a.shape[-1], cfg.min_period, cfg.max_period).to(a.dtype)
         at = torch.cat([a, te[:, None].expand_as(a)], dim=-1)
         at = self.action_time_mlp_out(F.silu(self.action_time_mlp_in(at)))
@@ -177,14 +178,14 @@ class JointFlowModel(nn.Module):
         att = torch.zeros(x.shape[:2], dtype=torch.long, device=x.device)
         att[:, :2] = 1  # the state token, then the action block
         out = self._run_expert(cache, prefix_pad, x, att)[:, -self.cfg.horizon :]
-        v = self.action_out_proj(out.float())
+        v = self.action_out_proj(out.to(self.action_out_proj.weight.dtype)).float()
         return (v, out) if features else v
 
     def state_features(self, cache, prefix_pad, state) -> torch.Tensor:
         """The expert's output at the state token (B, width): it sees the prefix and the
         state, never the noisy actions, so it is the same at every denoising step (the
         input of a value head)."""
-        x = self.state_proj(state)[:, None]
+        x = self.state_proj(state.to(self.state_proj.weight.dtype))[:, None]
         att = torch.ones(x.shape[:2], dtype=torch.long, device=x.device)
         return self._run_expert(cache, prefix_pad, x, att)[:, 0]
 
@@ -283,7 +284,8 @@ class NoiseHead(nn.Module):
         self.lo, self.hi = 2 * math.log(min_std), 2 * math.log(max_std)
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
-        logvar = self.lo + (torch.tanh(self.net(feats.float())) + 1) * 0.5 * (self.hi - self.lo)
+        h = self.net(feats.to(next(self.net.parameters()).dtype)).float()
+        logvar = self.lo + (torch.tanh(h) + 1) * 0.5 * (self.hi - self.lo)
         std = torch.exp(0.5 * logvar)
         return F.pad(std, (0, self.action_dim - self.active))  # padded dims: no noise
 

@@ -174,7 +174,7 @@ class FlowVLAPolicy(Policy):
             return PolicyOutput(self.env_actions(chain[-1]), {})
         chain, logp = self.model.denoise(cache, pad, state, torch.randn(shape, device=state.device), noise_head=self.noise_head)
         sample = chain.transpose(0, 1).contiguous()  # (B, K + 1, H, A)
-        value = value_out(self.value_head(self.model.state_features(cache, pad, state).float()))
+        value = self._value(cache, pad, state)
         return PolicyOutput(self.env_actions(chain[-1]), {"sample": sample, "log_prob": logp.flatten(1), "value": value})
 
     # -- training -------------------------------------------------------------------------
@@ -190,8 +190,9 @@ class FlowVLAPolicy(Policy):
         return self._value(cache, pad, state)
 
     def _value(self, cache, pad, state) -> torch.Tensor:
-        feats = self.model.state_features(cache, pad, state).float()
-        return value_out(self.value_head(feats.detach() if self.detach_critic else feats))
+        feats = self.model.state_features(cache, pad, state)
+        feats = feats.to(next(self.value_head.parameters()).dtype)  # the head may be bfloat16 with the model
+        return value_out(self.value_head(feats.detach() if self.detach_critic else feats)).float()
 
     def log_prob_and_value(self, obs: dict[str, Any], sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`log_prob` and :meth:`value` over one prefix pass (PPO needs both per
