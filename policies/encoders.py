@@ -122,11 +122,14 @@ def build_encoder(policy_cfg, spec) -> nn.Module:
         return StateEncoder(spec.state_dim)
     if kind == "cnn":
         return ConvEncoder(spec.state_dim, dict(spec.cameras), policy_cfg.encoder_channels, policy_cfg.image_feature_dim)
-    if kind == "efficientnet":
+    if kind in ("efficientnet", "resnet10"):
         from rlinf_user.policies.image_encoders import PretrainedImageEncoder
 
         get = policy_cfg.get if hasattr(policy_cfg, "get") else lambda k, d=None: getattr(policy_cfg, k, d)
         return PretrainedImageEncoder(spec.state_dim, dict(spec.cameras), policy_cfg.image_feature_dim,
                                       bool(get("encoder_finetune", False)), get("vision_weights"),
-                                      int(get("spatial_kernels", 8)))  # fmt: skip
-    raise ValueError(f"unknown encoder {kind!r} (policy {policy_cfg.name!r}); available: mlp, cnn, efficientnet")
+                                      int(get("spatial_kernels", 8)), kind=kind,
+                                      round_features=bool(get("frame_features", False)))  # fmt: skip
+    raise ValueError(
+        f"unknown encoder {kind!r} (policy {policy_cfg.name!r}); available: mlp, cnn, efficientnet, resnet10"
+    )

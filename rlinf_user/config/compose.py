@@ -61,7 +61,8 @@ FAMILIES = {"sac": "sac", "rlpd": "sac", "crossq": "sac", "sac_flow": "sac", "pp
 
 def _apply_tuning(cfg: DictConfig, overrides: Sequence[str]) -> None:
     """The env's ``algo_tuning`` for this algorithm (its own name first, then its family),
-    except keys the command line sets."""
+    and its ``policy_defaults`` unless the command line picks a policy, except keys the
+    command line sets."""
     name = str(cfg.algo.name)
     tuning = cfg.get("algo_tuning") or {}
     tuned = tuning.get(name, tuning.get(FAMILIES.get(name, name))) or {}
@@ -73,6 +74,14 @@ def _apply_tuning(cfg: DictConfig, overrides: Sequence[str]) -> None:
             cfg.algo[key] = value
         except Exception as err:  # noqa: BLE001 - omegaconf raises several kinds
             raise ConfigError(f"algo_tuning.{FAMILIES.get(name, name)}.{key}: not a key of algo={name} ({err})") from err
+    if "policy" not in given:
+        for key, value in (cfg.get("policy_defaults") or {}).items():
+            if f"policy.{key}" in given:
+                continue
+            try:
+                cfg.policy[key] = value
+            except Exception as err:  # noqa: BLE001
+                raise ConfigError(f"policy_defaults.{key}: not a policy key ({err})") from err
 
 
 def _explain(err: Exception) -> str:
@@ -160,6 +169,14 @@ def validate(cfg: DictConfig) -> None:
     encoder = encoder_kind(cfg.policy)
     if encoder == "cnn" and not cfg.env.cameras:
         raise ConfigError(f"policy={cfg.policy.name} with a cnn encoder needs cameras: set env.cameras=[<camera>, ...]")
+    if encoder in ("efficientnet", "resnet10") and not cfg.env.cameras:
+        raise ConfigError(f"policy.encoder={encoder} encodes camera frames: set env.cameras=[<camera>, ...]")
+    from rlinf_user.policies.frame_features import frame_feature_settings
+
+    try:
+        frame_feature_settings(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     if encoder == "mlp" and cfg.env.cameras and cfg.policy.name != "mlp":
         raise ConfigError(
             f"policy={cfg.policy.name} with policy.encoder=mlp would ignore env.cameras={list(cfg.env.cameras)}: "

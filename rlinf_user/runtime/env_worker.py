@@ -22,6 +22,7 @@ import torch
 
 from rlinf_user.env.registry import make_vector_env
 from rlinf_user.env.spec import Col, EnvSpec, flat_obs, index_obs, instruction_array, obs_to_torch
+from rlinf_user.policies.frame_features import frame_feature_settings
 from rlinf_user.runtime.chunk_sender import ChunkSender
 from rlinf_user.runtime.chunks import ChunkQueue, DecisionRows
 from rlinf_user.runtime.seeds import EVAL_WORKER_ID, group_id, group_seed
@@ -114,6 +115,13 @@ class EnvWorker:
         self.episode_index = np.zeros(num, dtype=np.int64)  # episodes begun per env
         self.env_step = np.zeros(num, dtype=np.int64)  # per-env step sequence number
         self.obs = self.envs.reset(seeds=self._group_seeds()) if self.group_size else self.envs.reset(seed=seed)
+        self.featurizer = None  # policy.frame_features: the frozen encoder runs here, on the frames
+        settings = frame_feature_settings(cfg)
+        if settings is not None:
+            from rlinf_user.policies.frame_features import FrameFeaturizer
+
+            self.featurizer = FrameFeaturizer(settings)
+        self.obs_features: dict[str, Any] | None = None  # self.obs with its maps in place of frames
         self.chunks = ChunkQueue(num)
         self.planners: list = [None] * num  # robot envs that run whole chunks (see attach)
         self.to_plan: dict[int, np.ndarray] = {}  # new chunks for them, sent once this step's actor is known
@@ -133,7 +141,7 @@ class EnvWorker:
         if supervised:
             from rlinf_user.teleop.supervisor import Supervisor
 
-            self.supervisor = Supervisor.from_config(cfg)
+            self.supervisor = Supervisor.from_config(cfg, (getattr(self.envs, "envs", None) or [None])[0])
             self.supervisor.begin_episode()
         if fleet_spec is not None or member is None:
             self.attach(fleet_spec or self.own_spec)
@@ -293,6 +301,10 @@ class EnvWorker:
             if self.weights is not None and min_version is None:
                 self.weights.poll()
             obs = self.adapter.obs(self.obs)
+            if self.featurizer is not None:
+                if self.obs_features is None:
+                    self.obs_features = self.featurizer.observation(obs)
+                obs = self.obs_features
             try:
                 actions, extras = self._act(obs, random)
             except RolloutLost:
@@ -331,6 +343,8 @@ class EnvWorker:
             done = np.asarray(terms, bool) | np.asarray(truncs, bool)
             fleet_next = self.adapter.obs(next_obs)
             stored_next = self._with_final_obs(fleet_next, done, infos)
+            if self.featurizer is not None:
+                stored_next, self.obs_features = self._featurize_step(fleet_next, stored_next, done)
             cols = {**flat_obs(Col.OBS, obs), **flat_obs(Col.NEXT_OBS, stored_next)}
             cols.update({
                 Col.ACTION: actions, Col.REWARD: np.asarray(rewards, np.float32),
@@ -382,6 +396,21 @@ class EnvWorker:
             "supervisor_lost": None if self.supervisor is None else self.supervisor.lost,
             "rollout_lost": lost,
         }
+
+    def _featurize_step(self, fleet_next, stored_next, done) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The maps of the observations this step reached (stored) and of those the next
+        step starts from: the same frames except where an episode ended, so each frame
+        goes through the backbone once."""
+        f = self.featurizer
+        stored = f.observation(stored_next)
+        rows = np.flatnonzero(done)
+        nxt = {k: v for k, v in fleet_next.items() if k != Col.IMAGES}
+        nxt[Col.IMAGES] = {}
+        nxt[Col.FEATURES] = {k: v.copy() if len(rows) else v for k, v in stored[Col.FEATURES].items()}
+        for k, frames in fleet_next[Col.IMAGES].items():
+            if len(rows):
+                nxt[Col.FEATURES][k][rows] = f.maps(frames[rows])
+        return stored, nxt
 
     def _pend(self, cols: dict[str, np.ndarray] | None) -> None:
         if cols:
@@ -521,6 +550,7 @@ class EnvWorker:
             self.envs.envs[0], policy, num_episodes, 3 if record_video else 0, adapter=self.adapter
         )
         self.obs = self.envs.reset()
+        self.obs_features = None
         self.chunks.clear()
         # the training episode in progress was cut short: its statistics start over
         self.episode_return[:], self.episode_len[:], self.episode_interventions[:] = 0, 0, 0

@@ -82,6 +82,7 @@ class Learner:
             baseline = str(algo.get("baseline", "episode")) if group else "episode"
             self.segments = OnPolicyStore(algo.gamma, algo.gae_lambda, group, algo.reward_scale, baseline)
         elif replay is None:  # collocated: the buffer lives in this process
+            from rlinf_user.policies.frame_features import frame_feature_settings
             from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos, reward_settings
 
             self.local_replay = ReplayService(
@@ -97,6 +98,7 @@ class Learner:
                 instruction=bool(self.spec.instruction),
                 nstep=int(algo.get("n_step", 1)),
                 gamma=float(algo.get("gamma", 0.99)),
+                frame_features=frame_feature_settings(cfg),
             )
         else:
             self.remote_replay = replay

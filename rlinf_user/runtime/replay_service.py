@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ class ReplayService:
         instruction: bool = False,
         nstep: int = 1,
         gamma: float = 0.99,
+        frame_features: dict | None = None,
     ):
         self.buffer = ReplayBuffer(
             capacity, directory, keep_full_log=keep_full_log, segment_bytes=int(segment_mb * 2**20),
@@ -58,6 +60,8 @@ class ReplayService:
             if reward and reward.get("classifier"):
                 relabel_rewards(self.demos, reward)
                 self.demos.recompute_nstep()
+            if frame_features is not None:  # after relabelling: the classifier reads the frames
+                self.demos = featurize_buffer(self.demos, frame_features)
         self.rng = np.random.default_rng(seed)
         self.lock = threading.Lock()
         self.order = SenderOrder()
@@ -232,6 +236,22 @@ def relabel_rewards(buf: ReplayBuffer, reward: dict) -> None:
     log.info(
         "demos: rewards relabelled by the success classifier (%d of %d transitions successes)", positives, buf.size
     )
+
+
+def featurize_buffer(buf: ReplayBuffer, settings: dict) -> ReplayBuffer:
+    """The same transitions with the frozen encoder's maps in place of their frames
+    (``policy.frame_features``); a buffer without frames is returned as it is."""
+    from rlinf_user.policies.frame_features import FrameFeaturizer
+
+    cols = {k: v[: buf.size] for k, v in buf.storage.items()}
+    if not any("/images/" in k for k in cols):
+        return buf
+    t0 = time.perf_counter()
+    out = ReplayBuffer(capacity=buf.size, nstep=buf.nstep.n if buf.nstep is not None else 1, gamma=buf.gamma)
+    out.add(FrameFeaturizer(settings).columns(cols))
+    log.info("demos: %d transitions' frames encoded by the frozen %s in %.1f s", buf.size, settings["encoder"],
+             time.perf_counter() - t0)  # fmt: skip
+    return out
 
 
 def load_demo_buffer(

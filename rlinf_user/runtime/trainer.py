@@ -61,6 +61,7 @@ class Trainer(Supervision):
         import ray
         import torch
 
+        from rlinf_user.policies.frame_features import frame_feature_settings
         from rlinf_user.runtime.env_worker import EnvWorker
         from rlinf_user.runtime.fleet import members
         from rlinf_user.runtime.learner import Learner, latest_checkpoint
@@ -122,6 +123,7 @@ class Trainer(Supervision):
                     bool(self.spec.instruction),
                     int(cfg.algo.get("n_step", 1)),
                     float(cfg.algo.get("gamma", 0.99)),
+                    frame_feature_settings(cfg),
                 )
             )
         self._learner_cls = ray.remote(Learner)
