@@ -56,7 +56,11 @@ def run_eval(args, console) -> int:
     policy, version = load_policy_from_checkpoint(ckpt, cfg, trained)
     where = f" on member {name}" if len(fleet) > 1 else ""
     console.print(f"evaluating [bold]{ckpt}[/] (policy version {version}){where} for {args.episodes} episodes")
-    result = evaluate_policy(env, policy, args.episodes, args.video_episodes, adapter=adapter)
+    from rlinf_user.runtime.seeds import EVAL_EPISODE_SEED
+
+    offset = int(getattr(args, "episode_offset", 0) or 0)
+    result = evaluate_policy(env, policy, args.episodes, args.video_episodes, seed=EVAL_EPISODE_SEED + offset,
+                             adapter=adapter)  # fmt: skip
     env.close()
     out = Path(args.out) if args.out else run_dir / "eval"
     stem = f"eval-{ckpt.stem}" + (f"-{name}" if len(fleet) > 1 else "")

@@ -32,7 +32,8 @@ class Supervisor:
         self._next = 0.0
 
     @classmethod
-    def from_config(cls, cfg) -> Supervisor:
+    def from_config(cls, cfg, env=None) -> Supervisor:
+        """``env``: the supervised env (a scripted human reads what its cameras show from it)."""
         iv = cfg.intervention
         if iv.synthetic_human:
             from rlinf_user.robots.teleop.device import QueueSource
@@ -40,7 +41,7 @@ class Supervisor:
             from rlinf_user.teleop.synthetic import PickCubeExpert, SpaceMouseHand, StallRule, SyntheticHuman
 
             device = SpaceMouse(QueueSource())
-            expert = PickCubeExpert()
+            expert = PickCubeExpert(env=env)
             human = SyntheticHuman(SpaceMouseHand(device), expert, StallRule(expert.progress))
             return cls(device, iv.ramp_steps, human)
         from rlinf_user.robots.teleop.factory import open_teleop
