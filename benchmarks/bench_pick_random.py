@@ -10,6 +10,13 @@ env steps and against wall-clock, mean and range over seeds).
 
     python benchmarks/bench_pick_random.py --seeds 0 1 2 --variants recipe
     python benchmarks/bench_pick_random.py --seeds 0 --variants one_step no_bc sac --append
+    python benchmarks/bench_pick_random.py --sim gym_hil_pixels --seeds 0 --target 0.8 \
+        --eval-episodes 20 --eval-every 4000 --final-eval 50 --name pick_pixels
+
+``--sim gym_hil_pixels``: the same pick seen through the front and wrist cameras (frozen
+EfficientNet-Lite0 features, no block position in the state). ``--final-eval N``: the kept
+(best) policy once more on N block positions that neither training nor the evaluations
+that chose it used.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from machine import describe
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ENV: list[str] = []  # configs/sim/gym_hil_random.yaml: random block, sparse reward, 50 held-out positions
+SIM = ["gym_hil_random"]  # --sim
 DEMO_EPISODES = 20
 # the default job's recipe: configs/sim/gym_hil_random.yaml's tuning for rlpd, with the demos
 RECIPE = ["algo=rlpd", "demos={demos}"]
@@ -54,7 +62,7 @@ VARIANTS: dict[str, list[str]] = {
 def record_demos(root: Path, seed: int) -> int:
     from rlinf_user.cli.main import main
 
-    rc = main(["teleop", "--sim", "gym_hil_random", "teleop=synthetic", *ENV, f"dataset.root={root}",
+    rc = main(["teleop", "--sim", SIM[0], "teleop=synthetic", *ENV, f"dataset.root={root}",
                f"dataset.episodes={DEMO_EPISODES}", f"seed={seed}"])  # fmt: skip
     if rc != 0:
         raise SystemExit(f"recording demonstrations exited {rc}")
@@ -85,7 +93,7 @@ def run_variant(name: str, seed: int, args, work: Path, demos: Path, demo_steps:
     run_name = f"{name}_s{seed}"
     overrides = [o.format(demos=demos) for o in VARIANTS[name]]
     argv = [
-        "train", "--sim", "gym_hil_random", *ENV, f"seed={seed}", f"target_success={args.target}",
+        "train", "--sim", SIM[0], *ENV, f"seed={seed}", f"target_success={args.target}",
         f"max_wall_minutes={args.minutes}", f"total_env_steps={args.max_steps}", f"eval_every_steps={args.eval_every}",
         f"eval_episodes={args.eval_episodes}", "eval_at_start=true", f"run_root={work}", f"run_name={run_name}",
         "progress=false", *overrides,
@@ -104,6 +112,13 @@ def run_variant(name: str, seed: int, args, work: Path, demos: Path, demo_steps:
     env_steps = int(summary["env_steps"])
     human = (demo_steps if used_demos else 0) + sup_steps
     shutil.copy(run / "eval" / "history.csv", RESULTS / f"{args.name}_{run_name}_history.csv")
+    final = None
+    if args.final_eval:  # fresh positions: other episode seeds than the evaluations that chose the policy
+        rc = main(["eval", str(run), "--checkpoint", "best", "--episodes", str(args.final_eval), "--video-episodes", "0",
+                   "--out", str(run / "final"), "--episode-offset", "100000"])  # fmt: skip
+        if rc == 0:
+            final = {k: v for k, v in json.loads(next((run / "final").glob("eval-*.json")).read_text()).items()
+                     if not isinstance(v, list | dict) or k in ("ci95",)}  # fmt: skip
     return {
         "variant": name,
         "seed": seed,
@@ -120,6 +135,7 @@ def run_variant(name: str, seed: int, args, work: Path, demos: Path, demo_steps:
         "supervisor_steps": sup_steps,
         "takeovers": takeovers,
         "human_share": round(human / max(1, env_steps + (demo_steps if used_demos else 0)), 4),
+        "final_eval_fresh_positions": final,
         "history": history,
     }
 
@@ -182,7 +198,10 @@ def main() -> None:
     ap.add_argument("--name", default="pick_random")
     ap.add_argument("--append", action="store_true", help="keep the results file's other runs")
     ap.add_argument("--replot", action="store_true", help="only redraw the curve from the results file")
+    ap.add_argument("--sim", default="gym_hil_random", help="gym_hil_random (state) or gym_hil_pixels (cameras)")
+    ap.add_argument("--final-eval", type=int, default=0, help="episodes of a last evaluation of the kept policy")
     args = ap.parse_args()
+    SIM[0] = args.sim
     if args.replot:
         return replot(args.name, args.target)
     RESULTS.mkdir(exist_ok=True)
@@ -197,7 +216,10 @@ def main() -> None:
         new = {(r["variant"], r["seed"]) for r in rows}
         rows = [r for r in json.loads(path.read_text())["runs"] if (r["variant"], r["seed"]) not in new] + rows
     out = {
-        "task": "gym_hil PandaPickCube, random block position (20 x 30 cm), state observations, sparse reward",
+        "task": "gym_hil PandaPickCube, random block position (20 x 30 cm), sparse reward, "
+                + ("front + wrist cameras 128x128 and arm state (frozen EfficientNet-Lite0 features)"
+                   if args.sim == "gym_hil_pixels" else "state observations"),
+        "sim": args.sim,
         "machine": describe(),
         "target_success": args.target,
         "eval_episodes": args.eval_episodes,
