@@ -137,3 +137,16 @@ def test_a_fresh_model_reads_a_state_wider_than_pi0s():
     assert p.model.cfg.state_dim == 35
     o = obs_to_torch({"state": np.zeros((2, 35), np.float32), "images": {}})
     assert p.act(o).actions.shape == (2, 4, 7)
+
+
+def test_a_bfloat16_policy_acts_on_float32_observations_deterministically_and_for_rl():
+    """Serving in bfloat16 (as on a GPU): the float32 state, noise and features reach
+    bfloat16 projections, and the chunk comes back in the env's float range."""
+    p = policy().to(dtype=torch.bfloat16)
+    ref = policy()
+    out = p.act(obs(), deterministic=True)
+    want = ref.act(obs(), deterministic=True).actions
+    assert out.actions.shape == want.shape and torch.isfinite(out.actions.float()).all()
+    assert (out.actions.float() - want).abs().max() < 0.1  # the same function, at bfloat16's precision
+    rl = p.act(obs(), deterministic=False)
+    assert torch.isfinite(rl.extras["log_prob"].float()).all() and rl.extras["value"].dtype == torch.float32
