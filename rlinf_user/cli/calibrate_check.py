@@ -98,7 +98,9 @@ def run_check(cfg, robot: str, console) -> int:
                           f"{view.image.shape[1]}x{view.image.shape[0]}: recalibrate after changing its crop/resize")  # fmt: skip
     T = np.asarray(cal["tcp_T_camera" if cal["mode"] == "eye_in_hand" else "base_T_camera"], float)
     base_T_cam = view.base_T_tcp @ T if cal["mode"] == "eye_in_hand" else T
-    crops = [list(map(int, v)) for k, v in dict(c.crops or {}).items() if k == c.camera]
+    # the boxes training cuts (env.crops) unless the check is given others
+    boxes = dict(c.crops or {}) or dict(cfg.env.get("crops") or {})
+    crops = [list(map(int, v)) for k, v in boxes.items() if k == c.camera]
     picture, report = draw(view.image, base_T_cam, intr.K, intr.dist, view.base_T_tcp, box, crops)
     out = Path(c.out) if c.out else path.parent / f"check-{c.camera}.png"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -299,7 +299,7 @@ class CalibrationConfig:
     corners: int = 4  # workspace: corner poses the person records (>= 2: their bounding box)
     margin_m: float = 0.0  # workspace: grow (+) or shrink (-) the recorded box
     workspace: str | None = None  # check: the workspace calibration drawn (a name or a .yaml path)
-    crops: Any = None  # check: {camera: [x, y, w, h]} drawn on the frame
+    crops: Any = None  # check: {camera: [x, y, w, h]} drawn on the frame (None: env.crops, what training cuts)
     out: str | None = None  # check: the picture's path (default <root>/<robot>/check-<camera>.png)
 
 

@@ -55,10 +55,11 @@ def test_hand_eye_both_ways_recovers_the_scene_and_check_draws_it(edge, capsys):
     mm, deg = transform_error(np.array(front["base_T_camera"]), truth()["base_T_front"])
     assert mm < 2.0 and deg < 0.5, (mm, deg)
 
-    # the check picture: the TCP drawn where the calibration puts it, in view, crop box drawn
+    # the check picture: the TCP drawn where the calibration puts it, in view, and the crop
+    # box training cuts (env.crops) drawn
     out = tmp / "check.png"
     assert calibrate(port, root, "check", "calibration.camera=wrist", f"calibration.out={out}",
-                     "calibration.crops={wrist: [100, 40, 440, 400]}") == 0  # fmt: skip
+                     "+env.crops={wrist: [100, 40, 440, 400]}") == 0  # fmt: skip
     assert out.stat().st_size > 10_000
     import cv2
 
