@@ -175,7 +175,8 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
         ax.grid(alpha=0.3)
     ax_s.legend(fontsize=8, loc="lower right")
     n = rows[0]["history"][0].get("episodes", 0)
-    fig.suptitle(f"gym_hil pick, random block (state): mean (thick), range (band) and each seed (thin) over seeds; "
+    seen = "front + wrist cameras" if SIM[0] == "gym_hil_pixels" else "state"
+    fig.suptitle(f"gym_hil pick, random block ({seen}): mean (thick), range (band) and each seed (thin) over seeds; "
                  f"{int(n)} held-out positions per evaluation", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -183,6 +184,7 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
 
 def replot(name: str, target: float) -> None:
     data = json.loads((RESULTS / f"{name}.json").read_text())
+    SIM[0] = data.get("sim", SIM[0])
     plot(data["runs"], RESULTS / f"{name}_curve.png", target)
 
 
