@@ -77,6 +77,23 @@ def telemetry(edge, keys) -> dict:
         c.close(say_bye=False)
 
 
+def wait_until_free(edge, keys, timeout_s: float = 5.0) -> None:
+    """Until a new client may take control: a client that closed through a relay cut right
+    after may have lost its bye, and then holds control until the daemon's peer timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        c = client(edge, keys)
+        try:
+            c.hello()
+            return
+        except EdgeRefused as err:
+            if err.code != "busy" or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+        finally:
+            c.close()
+
+
 def remote_env(edge, keys, port=None, **kw) -> RemoteRobotEnv:
     c = EdgeClient("127.0.0.1", port or edge.port, server_public_key=str(keys["edge_public"]),
                    client_secret_key=str(keys["client_secret"]), timeout_s=kw.pop("timeout_s", 3.0))  # fmt: skip
@@ -303,6 +320,7 @@ def test_network_drop_truncates_the_episode_keeps_data_and_reconnects(edge, keys
     finally:
         env.close()
         link.close()
+        wait_until_free(edge, keys)  # the next test's client must not find this one in control
 
 
 def test_state_stream_delivers_latest_values(edge, keys):
