@@ -12,7 +12,10 @@ One class covers the family; the config picks the variant:
 
 Any policy with reparameterised sampling (:class:`rlinf_user.policies.base.Reparameterised`)
 works: the critics read its encoder's features. Images are augmented with DrQ random
-shifts; the encoder is trained by the critic loss and seen detached by the actor.
+shifts. With ``shared_encoder`` (DrQ's default) the encoder is trained by the critic loss
+and seen detached by the actor; without it the critics train a copy of their own and the
+actor's encoder is trained by the actor loss (and the BC warm start), so TD learning
+cannot rewrite the features a cloned actor relies on.
 """
 
 from __future__ import annotations
@@ -62,24 +65,37 @@ class SAC(Algorithm):
             batch_norm=self.crossq,
         )
         self.target_critic = None if self.crossq else copy.deepcopy(self.critic).requires_grad_(False)
-        self.target_encoder = None if self.crossq else copy.deepcopy(policy.encoder).requires_grad_(False)
+        self.shared_encoder = bool(getattr(algo_cfg, "shared_encoder", True))
+        # the critics' encoder: the policy's own (shared) or a copy trained by the critic loss alone
+        self.critic_encoder = policy.encoder if self.shared_encoder else copy.deepcopy(policy.encoder)
+        self.target_encoder = None if self.crossq else copy.deepcopy(self.critic_encoder).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(float(algo_cfg.init_temperature)).log())
         self.target_entropy = (
             algo_cfg.target_entropy if algo_cfg.target_entropy is not None else -spec.action_dim / 2.0
         )
         betas = (0.5, 0.999) if self.crossq else (0.9, 0.999)
         self.critic_opt = torch.optim.Adam(
-            list(self.critic.parameters()) + list(policy.encoder.parameters()), lr=algo_cfg.critic_lr, betas=betas
+            list(self.critic.parameters()) + list(self.critic_encoder.parameters()), lr=algo_cfg.critic_lr, betas=betas
         )
-        actor_params = [p for n, p in policy.named_parameters() if not n.startswith("encoder.")]
+        actor_params = [p for n, p in policy.named_parameters() if not (self.shared_encoder and n.startswith("encoder."))]
         self.actor_opt = torch.optim.Adam(actor_params, lr=algo_cfg.actor_lr, betas=betas)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=algo_cfg.alpha_lr, betas=betas)
         self._modules = {"policy": policy, "critic": self.critic, "target_critic": self.target_critic,
-                         "target_encoder": self.target_encoder}  # fmt: skip
+                         "target_encoder": self.target_encoder,
+                         "critic_encoder": None if self.shared_encoder else self.critic_encoder}  # fmt: skip
         for m in self._modules.values():
             if m is not None:
                 m.to(self.device)
         self.log_alpha.data = self.log_alpha.data.to(self.device)
+
+    def sync_encoders(self) -> None:
+        """After the policy's encoder was trained outside this algorithm (the BC warm start):
+        the critics' encoder (when separate) and the target start from it."""
+        with torch.no_grad():
+            if not self.shared_encoder:
+                self.critic_encoder.load_state_dict(self.policy.encoder.state_dict())
+            if self.target_encoder is not None:
+                self.target_encoder.load_state_dict(self.critic_encoder.state_dict())
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -100,12 +116,13 @@ class SAC(Algorithm):
         discount = batch["discount"] if "discount" in batch else self.cfg.gamma * (1.0 - batch["terminated"])
         alpha = self.alpha.detach()
         backup = 1.0 if self.cfg.backup_entropy else 0.0
-        enc = self.policy.encoder
+        enc = self.critic_encoder
         if self.crossq:
             feats = enc(obs)
             next_feats = enc(next_obs)
             with torch.no_grad():
-                next_a, next_logp = self.policy.sample_features(next_feats)
+                actor_next = next_feats if self.shared_encoder else self.policy.encoder(next_obs)
+                next_a, next_logp = self.policy.sample_features(actor_next)
             q_all = self.critic(torch.cat([feats, next_feats.detach()]), torch.cat([batch["action"], next_a]))
             q, next_q = q_all.split(feats.shape[0], dim=1)
             with torch.no_grad():
@@ -113,7 +130,7 @@ class SAC(Algorithm):
         else:
             feats = enc(obs)
             with torch.no_grad():
-                next_a, next_logp = self.policy.sample_features(enc(next_obs))
+                next_a, next_logp = self.policy.sample_features(self.policy.encoder(next_obs))
                 next_q = self.target_critic(self.target_encoder(next_obs), next_a)
                 target = reward + discount * (self._target_min(next_q) - backup * alpha * next_logp)
             q = self.critic(feats, batch["action"])
@@ -121,8 +138,13 @@ class SAC(Algorithm):
         return loss, {"critic_loss": loss.item() / q.shape[0], "q_mean": q.mean().item()}
 
     def _actor_loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        feats = self.policy.encoder(batch["obs"]).detach()
-        action, logp = self.policy.sample_features(feats)
+        if self.shared_encoder:
+            feats = actor_feats = self.policy.encoder(batch["obs"]).detach()
+        else:  # the actor's encoder learns from the actor loss; the critics judge on their own
+            actor_feats = self.policy.encoder(batch["obs"])
+            with torch.no_grad():
+                feats = self.critic_encoder(batch["obs"])
+        action, logp = self.policy.sample_features(actor_feats)
         if self.crossq:
             self.critic.eval()
         q = self.critic(feats, action).mean(dim=0)
@@ -175,7 +197,7 @@ class SAC(Algorithm):
     @torch.no_grad()
     def _polyak(self) -> None:
         tau = self.cfg.tau
-        for src, dst in ((self.critic, self.target_critic), (self.policy.encoder, self.target_encoder)):
+        for src, dst in ((self.critic, self.target_critic), (self.critic_encoder, self.target_encoder)):
             for p, tp in zip(src.parameters(), dst.parameters()):
                 tp.lerp_(p, tau)
             for b, tb in zip(src.buffers(), dst.buffers()):

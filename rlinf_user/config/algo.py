@@ -50,6 +50,10 @@ class SACConfig:
     # critic-only updates first: the actor (a cloned policy, say) is held until the critic
     # has learned what it is worth, so its first gradients are not an untrained critic's
     critic_warmup_updates: int = 0
+    # one encoder for actor and critics, trained by the critic loss (DrQ/SERL). false: the
+    # critics train their own copy and the actor's encoder learns from the actor loss and
+    # the BC warm start, so TD updates cannot move the features a cloned actor acts on
+    shared_encoder: bool = True
     drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
     grad_clip: float = 0.0
     reward_scale: float = 1.0

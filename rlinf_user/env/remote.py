@@ -138,6 +138,7 @@ class RemoteRobotEnv(ContractEnv):
                 images[name] = _decode_jpeg(msg.arrays[f"jpeg/{name}"])
             else:
                 raise EdgeRefused("camera", f"camera {name!r} sent no frame")
+        images = self.task.draw(images, state)
         return make_observation(self.task.observe(state), images, float(msg.body["stamp"]), stamps)
 
     def _reconnect(self) -> None:

@@ -26,6 +26,10 @@ class Task:
     def observe(self, state: np.ndarray) -> np.ndarray:
         return state
 
+    def draw(self, images: dict[str, np.ndarray], state: np.ndarray) -> dict[str, np.ndarray]:
+        """The camera frames as the policy sees them (a task may draw into them)."""
+        return images
+
     def evaluate(self, state: np.ndarray, body: dict[str, Any]) -> tuple[float, bool, bool]:
         """(reward, terminated, success) for the state reached by a step."""
         raise NotImplementedError
@@ -49,6 +53,9 @@ class ReachTask(Task):
     """Move the TCP to a goal drawn uniformly from a box; success within ``radius`` metres.
 
     Observation: robot state + (goal - tcp) (3 floats). Reward: ``-distance / scale``.
+    With ``goal_marker`` the goal is drawn into a calibrated camera's frames
+    (:mod:`rlinf_user.env.goal_marker`); with ``goal_in_state=False`` it leaves the state,
+    so the policy finds it from pixels only.
     """
 
     tcp_index: int
@@ -58,10 +65,19 @@ class ReachTask(Task):
     scale: float = 0.1
 
     translate_only: bool = True
-
-    extra_dim = 3
+    goal_marker: dict[str, Any] | None = None
+    goal_in_state: bool = True
 
     def __post_init__(self) -> None:
+        self.extra_dim = 3 if self.goal_in_state else 0
+        self.marker = None
+        if self.goal_marker:
+            from rlinf_user.env.goal_marker import GoalMarker
+
+            self.marker = GoalMarker.from_options(dict(self.goal_marker))
+        elif not self.goal_in_state:
+            raise ValueError("env.kwargs.goal_in_state=false hides the reach goal: show it in a camera "
+                             "with env.kwargs.goal_marker.camera (and its hand-eye calibration)")  # fmt: skip
         self.low = np.asarray(self.goal_low, dtype=np.float64)
         self.high = np.asarray(self.goal_high, dtype=np.float64)
         if self.low.shape != (3,) or self.high.shape != (3,) or np.any(self.low > self.high):
@@ -77,7 +93,27 @@ class ReachTask(Task):
         self.goal = rng.uniform(self.low, self.high)
 
     def observe(self, state):
+        if not self.goal_in_state:
+            return state
         return np.concatenate([state, (self.goal - self.tcp(state)).astype(np.float32)])
+
+    def draw(self, images, state):
+        if self.marker is None:
+            return images
+        if self.marker.camera not in images:
+            raise ValueError(f"env.kwargs.goal_marker.camera={self.marker.camera!r} is not one of env.cameras "
+                             f"{sorted(images)}")  # fmt: skip
+        base_T_tcp = None
+        if self.marker.mode == "eye_in_hand":
+            from scipy.spatial.transform import Rotation
+
+            s = np.asarray(state, dtype=np.float64)
+            base_T_tcp = np.eye(4)
+            base_T_tcp[:3, :3] = Rotation.from_quat(s[self.tcp_index + 3 : self.tcp_index + 7]).as_matrix()
+            base_T_tcp[:3, 3] = s[self.tcp_index : self.tcp_index + 3]
+        out = dict(images)
+        out[self.marker.camera] = self.marker.draw(images[self.marker.camera], self.goal, base_T_tcp)
+        return out
 
     def evaluate(self, state, body):
         dist = float(np.linalg.norm(self.goal - self.tcp(state)))
@@ -92,6 +128,6 @@ def make_task(name: str, spec: dict[str, Any], options: dict[str, Any]) -> Task:
         names = list(spec.get("state_names") or [])
         if "tcp_x" not in names:
             raise ValueError("task 'reach' needs a robot whose state has tcp_x/y/z (an arm)")
-        keys = ("goal_low", "goal_high", "radius", "scale", "translate_only")
+        keys = ("goal_low", "goal_high", "radius", "scale", "translate_only", "goal_marker", "goal_in_state")
         return ReachTask(names.index("tcp_x"), **{k: options[k] for k in keys if k in options})
     raise ValueError(f"unknown robot task {name!r}; available: reach, edge")

@@ -134,6 +134,8 @@ class Learner:
             batch = replay_batch(flat, self.spec, self.device)
             loss = bc.step(batch[Col.OBS], batch[Col.ACTION])
         log.info("BC warm start: %d updates on the demonstrations, final loss %.4f", updates, loss)
+        if hasattr(self.algo, "sync_encoders"):  # the critics' (target) encoder starts from the clone's
+            self.algo.sync_encoders()
         self.bc_warmup_loss = loss
         return loss
 

@@ -132,3 +132,20 @@ def truth(scene: CalibrationScene = CalibrationScene()) -> dict[str, np.ndarray]
     base_T_front[:3, 3] = scene.front_pos
     return {"tcp_T_wrist": tcp_T_wrist, "base_T_front": base_T_front}
 
+
+
+def truth_hand_eye(camera: str, width: int, height: int, scene: CalibrationScene = CalibrationScene()) -> dict:
+    """A hand-eye calibration document (as ``rlinf-user calibrate hand-eye`` writes it) holding
+    the scene's true pose and pinhole model of ``camera`` at ``width`` x ``height``: for runs
+    that need a calibrated camera but measure something else (the calibration itself is
+    measured against :func:`truth` by ``benchmarks/bench_calibration.py``)."""
+    fovy = {"front": scene.front_fovy, "wrist": scene.wrist_fovy}.get(camera)
+    if fovy is None:
+        raise ValueError(f"the calibration scene has cameras front and wrist, not {camera!r}")
+    f = float(0.5 * height / np.tan(np.deg2rad(fovy) / 2))  # MuJoCo: square pixels, centred principal point
+    intr = {"width": int(width), "height": int(height), "fx": f, "fy": f, "cx": (width - 1) / 2,
+            "cy": (height - 1) / 2, "dist": [0.0] * 5, "rms_px": None, "views": 0, "source": "scene truth"}  # fmt: skip
+    t = truth(scene)
+    if camera == "front":
+        return {"mode": "eye_to_hand", "base_T_camera": t["base_T_front"].tolist(), "intrinsics": intr}
+    return {"mode": "eye_in_hand", "tcp_T_camera": t["tcp_T_wrist"].tolist(), "intrinsics": intr}

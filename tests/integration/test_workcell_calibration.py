@@ -73,6 +73,46 @@ def test_hand_eye_both_ways_recovers_the_scene_and_check_draws_it(edge, capsys):
     assert "lies outside the 640x480 frame" in " ".join(capsys.readouterr().err.split())
 
 
+def test_reach_goal_is_drawn_through_the_calibration_the_flow_made(edge):
+    """A pixel reach's goal (env.kwargs.goal_marker) drawn into the served front frame with
+    the calibration the hand-eye test above made lands where the scene's true camera sees it."""
+    import cv2
+
+    from rlinf_user.config.compose import compose_config
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.robots.franka.sim_scene import truth_hand_eye
+
+    port, tmp = edge
+    root = tmp / "cal"
+    if not (root / "franka" / "front.yaml").exists():
+        pytest.skip("needs the front camera's calibration from the hand-eye test")
+    cfg = compose_config(["env.edge.host=127.0.0.1", f"env.edge.port={port}", "env.cameras=[front]",
+                          f"+env.kwargs.goal_marker={{camera: front, root: {root}}}", "+env.kwargs.goal_in_state=false",
+                          "env.kwargs.goal_low=[0.45,-0.1,0.3]", "env.kwargs.goal_high=[0.45,0.1,0.45]"],
+                         robot="franka")  # fmt: skip
+    env = make_env(cfg.env, seed=3)
+    try:
+        seen = []
+        for _ in range(2):
+            obs, _ = env.reset()
+            assert obs["state"].shape == (env.edge_spec["state_dim"],)  # the goal is not in the state
+            img = obs["images"]["front"]
+            red = (img[..., 0] > 200) & (img[..., 1] < 60) & (img[..., 2] < 60)
+            assert 30 < red.sum() < 2000, red.sum()
+            ys, xs = np.nonzero(red)
+            true = truth_hand_eye("front", 640, 480)
+            T = np.linalg.inv(np.array(true["base_T_camera"]))
+            p = T[:3, :3] @ env.task.goal + T[:3, 3]
+            i = true["intrinsics"]
+            K = np.array([[i["fx"], 0, i["cx"]], [0, i["fy"], i["cy"]], [0, 0, 1.0]])
+            px, _ = cv2.projectPoints(p.reshape(1, 3), np.zeros(3), np.zeros(3), K, np.zeros(5))
+            assert np.hypot(xs.mean() - px[0, 0, 0], ys.mean() - px[0, 0, 1]) < 2.0
+            seen.append(px.reshape(2))
+        assert np.hypot(*(seen[0] - seen[1])) > 3.0  # a new goal each episode, drawn where it now is
+    finally:
+        env.close()
+
+
 def test_bad_input_is_refused_and_a_good_file_survives(edge, capsys):
     port, tmp = edge
     root = tmp / "bad"

@@ -96,6 +96,39 @@ def test_image_policy_updates_with_drq():
     assert any(not torch.equal(p, q) for p, q in zip(before, agent.policy.encoder.parameters()))
 
 
+def test_separate_encoders_keep_the_actors_features_out_of_td_learning():
+    """shared_encoder=false: critic updates train the critics' own encoder and leave the
+    actor's untouched; the actor loss trains the actor's; sync_encoders copies it over."""
+    torch.manual_seed(0)
+    cams = {"wrist": (32, 32)}
+    over = ["policy=cnn", "env.cameras=[wrist]", "policy.encoder_channels=[8,8]", "algo.critic_warmup_updates=3"]
+    agent = SAC(compose_config([*over, "algo.shared_encoder=false"]).algo, compose_config(over).policy, 5, cams, 7)
+    assert agent.critic_encoder is not agent.policy.encoder
+
+    def snap(m):
+        return [p.detach().clone() for p in m.parameters()]
+
+    actor0, critic0 = snap(agent.policy.encoder), snap(agent.critic_encoder)
+    for _ in range(3):  # critic warm-up: critic updates only
+        agent.update(_batch(16, cameras=cams))
+    assert all(torch.equal(a, b) for a, b in zip(actor0, agent.policy.encoder.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(critic0, agent.critic_encoder.parameters()))
+    agent.update(_batch(16, cameras=cams))  # the first actor update moves the actor's encoder
+    assert any(not torch.equal(a, b) for a, b in zip(actor0, agent.policy.encoder.parameters()))
+    agent.sync_encoders()
+    for a, c, t in zip(agent.policy.encoder.parameters(), agent.critic_encoder.parameters(),
+                       agent.target_encoder.parameters()):  # fmt: skip
+        assert torch.equal(a, c) and torch.equal(a, t)
+    # the critics' encoder is part of the checkpoint and comes back
+    other = SAC(compose_config([*over, "algo.shared_encoder=false"]).algo, compose_config(over).policy, 5, cams, 7)
+    other.load_checkpoint_state(agent.checkpoint_state())
+    for a, b in zip(agent.critic_encoder.parameters(), other.critic_encoder.parameters()):
+        assert torch.equal(a, b)
+    shared = SAC(compose_config(over).algo, compose_config(over).policy, 5, cams, 7)
+    assert shared.critic_encoder is shared.policy.encoder
+    assert not any(k.startswith("critic_encoder.") for k in shared.checkpoint_state()["model"])
+
+
 def test_random_shift_keeps_shape_and_moves_pixels():
     torch.manual_seed(0)
     img = torch.zeros(8, 16, 16, 3, dtype=torch.uint8)
