@@ -50,6 +50,9 @@ VARIANTS: dict[str, list[str]] = {
     # ... or with more of something
     "ten_critics": [*RECIPE, "algo.num_critics=10"],
     "utd2": [*RECIPE, "algo.utd_ratio=2"],
+    # ... or changed: critics with their own image encoder; a sharper policy (target entropy)
+    "separate_encoders": [*RECIPE, "algo.shared_encoder=false"],
+    "sharp": [*RECIPE, "algo.target_entropy=-8"],
     "crossq": ["algo=crossq", *SAME_TUNING],
     # no demonstrations: the scripted supervisor takes over when the pick stalls (HIL-SERL
     # style); its steps are drawn on the demo side of each batch and pull the actor (bc_weight)
