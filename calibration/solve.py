@@ -33,6 +33,16 @@ def inv(T: np.ndarray) -> np.ndarray:
     return out
 
 
+def project(points_base: np.ndarray, cam_T_base: np.ndarray, K: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pixels (N, 2) of base-frame points (N, 3) and whether each lies in front of the camera."""
+    import cv2
+
+    pts = np.c_[points_base, np.ones(len(points_base))] @ cam_T_base.T
+    front = pts[:, 2] > 1e-3
+    px, _ = cv2.projectPoints(pts[:, :3].astype(np.float64), np.zeros(3), np.zeros(3), K, dist)
+    return px.reshape(-1, 2), front
+
+
 def pose(R: np.ndarray, t: np.ndarray) -> np.ndarray:
     T = np.eye(4)
     T[:3, :3], T[:3, 3] = np.asarray(R).reshape(3, 3), np.asarray(t).reshape(3)

@@ -29,20 +29,10 @@ def box_edges(low, high) -> list[tuple[np.ndarray, np.ndarray]]:
     return edges
 
 
-def project(points_base: np.ndarray, cam_T_base: np.ndarray, K: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pixels of base-frame points and whether each lies in front of the camera."""
-    import cv2
-
-    pts = np.c_[points_base, np.ones(len(points_base))] @ cam_T_base.T
-    front = pts[:, 2] > 1e-3
-    px, _ = cv2.projectPoints(pts[:, :3].astype(np.float64), np.zeros(3), np.zeros(3), K, dist)
-    return px.reshape(-1, 2), front
-
-
 def draw(image: np.ndarray, base_T_cam: np.ndarray, K, dist, base_T_tcp, box, crops) -> tuple[np.ndarray, dict]:
     import cv2
 
-    from rlinf_user.calibration.solve import inv
+    from rlinf_user.calibration.solve import inv, project
 
     out = np.ascontiguousarray(image.copy())
     cam_T_base = inv(base_T_cam)

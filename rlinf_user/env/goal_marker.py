@@ -5,9 +5,9 @@ The ``reach`` task's goal is a point in the robot base frame. With
 into one camera's frames, projected through the camera's hand-eye calibration
 (``rlinf-user calibrate hand-eye``: intrinsics plus ``base_T_camera`` or ``tcp_T_camera``),
 and with ``goal_in_state: false`` the goal leaves the state: the policy sees the TCP and the
-picture. A disc seen by one camera fixes a ray, not a point, so give the goal box no depth
-along the camera's view (``goal_low[2] == goal_high[2]``: goals on a plane) or expect the
-policy to guess along the ray.
+picture. A disc seen by one camera fixes a ray, not a point, so put the goals on a plane
+the camera sees face-on (for a camera in front of the arm: one ``x``, ``goal_low[0] ==
+goal_high[0]``) or expect the policy to guess along the ray.
 
 The disc is drawn on the frame the edge serves, before ``env.crops`` and the resize, in
 the calibration's pixels (a frame of another size with the same aspect ratio scales the
@@ -99,18 +99,16 @@ class GoalMarker:
 
     def pixel(self, goal: Sequence[float], image_shape: tuple[int, ...], base_T_tcp=None) -> tuple[np.ndarray, float] | None:
         """The goal's pixel and its disc's radius in pixels, or None behind the camera."""
-        import cv2
-
-        from rlinf_user.calibration.solve import inv
+        from rlinf_user.calibration.solve import inv, project
 
         h, w = image_shape[:2]
         K = self._intrinsics(w, h)
         cam_T_base = inv(self.camera_pose(base_T_tcp))
-        p = cam_T_base[:3, :3] @ np.asarray(goal, np.float64) + cam_T_base[:3, 3]
-        if p[2] <= 1e-3:
+        px, front = project(np.asarray(goal, np.float64).reshape(1, 3), cam_T_base, K, self.dist)
+        if not front[0]:
             return None
-        px, _ = cv2.projectPoints(p.reshape(1, 3), np.zeros(3), np.zeros(3), K, self.dist)
-        return px.reshape(2), float(K[0, 0] * self.radius_m / p[2])
+        depth = float(cam_T_base[2, :3] @ np.asarray(goal, np.float64) + cam_T_base[2, 3])
+        return px[0], float(K[0, 0] * self.radius_m / depth)
 
     def draw(self, image: np.ndarray, goal: Sequence[float], base_T_tcp=None) -> np.ndarray:
         """A copy of ``image`` (H, W, 3 uint8 RGB) with the goal's disc on it."""
