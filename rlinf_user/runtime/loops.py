@@ -4,7 +4,9 @@
   env worker always has its next rollout call queued behind the running one, the learner
   always has one ``train`` call in flight, evaluation runs on its own worker. Nobody waits
   for anybody: env workers act with whatever policy version they hold (at most
-  ``placement.max_policy_lag`` behind, when set).
+  ``placement.max_policy_lag`` behind, when set). Asynchronous PPO is the exception: its
+  workers collect at most 1 + max_policy_lag rounds (default 2) under one policy version
+  and then wait for the next, so a slow learner loses no env steps to staleness.
 * :func:`sync_on_policy_loop` (on-policy ``sync`` mode): every worker collects
   ``algo.num_steps`` steps per env with policy version v, the learner updates once on all
   of them and publishes v+1, and the next round starts from it.
@@ -150,12 +152,22 @@ def streaming_loop(tr, sched: Schedule) -> str:
     if tr.on_policy:  # a round is num_steps env steps per env; a row is a decision (a chunk's steps)
         min_rows = max(1, tr.rows_per_round() // ray.get(tr.learner.policy_horizon.remote()))
     rollout_calls: dict[Any, tuple[int, int]] = {}
+    # asynchronous PPO: rollouts of one round each, one in flight per worker, and no more than
+    # 1 + max_policy_lag rounds collected under one policy version. Without that bound a slow
+    # learner fell behind: rows went stale and were dropped (env steps lost), or one update
+    # took in the whole run. GRPO's groups finish only with whole episodes: not paced.
+    paced_rounds = tr.on_policy and not cfg.algo.get("group_size")
+    steps_per_call = int(cfg.algo.num_steps) if paced_rounds else ROLLOUT_STEPS
+    in_flight = 1 if paced_rounds else ROLLOUTS_IN_FLIGHT
+    lag = cfg.placement.get("max_policy_lag")
+    round_cap = (1 + (1 if lag is None else int(lag))) * tr.rows_per_round() if paced_rounds else 0
+    version_mark = {"version": p.version, "steps": p.env_steps}
 
     def rollout(slot):
         random = p.env_steps < int(cfg.algo.get("learning_starts", 0)) and not cfg.resume
-        return slot.actor.rollout.remote(ROLLOUT_STEPS, random)
+        return slot.actor.rollout.remote(steps_per_call, random)
 
-    def queue(slot, n: int = ROLLOUTS_IN_FLIGHT) -> None:
+    def queue(slot, n: int = in_flight) -> None:
         for _ in range(n):
             rollout_calls[rollout(slot)] = (slot.index, slot.generation)
 
@@ -171,6 +183,10 @@ def streaming_loop(tr, sched: Schedule) -> str:
     waiting: set[int] = set()  # workers whose next rollout waits for the learner
 
     def behind() -> bool:
+        if paced_rounds:
+            if p.version != version_mark["version"]:
+                version_mark.update(version=p.version, steps=p.env_steps)
+            return p.env_steps - version_mark["steps"] >= round_cap
         return paced and p.env_steps > p.updates / utd + slack
 
     for slot in pool.running():
@@ -203,7 +219,7 @@ def streaming_loop(tr, sched: Schedule) -> str:
                 if r.get("rollout_lost"):
                     tr._rollout_lost()
                 queued = sum(1 for j, _ in rollout_calls.values() if j == i)
-                if p.env_steps + queued * ROLLOUT_STEPS < cfg.total_env_steps:
+                if p.env_steps + queued * steps_per_call < cfg.total_env_steps:
                     if behind():
                         waiting.add(i)
                     else:
