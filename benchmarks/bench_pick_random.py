@@ -53,6 +53,9 @@ VARIANTS: dict[str, list[str]] = {
     # ... or changed: critics with their own image encoder; a sharper policy (target entropy)
     "separate_encoders": [*RECIPE, "algo.shared_encoder=false"],
     "sharp": [*RECIPE, "algo.target_entropy=-8"],
+    # the actor weights the actions it saw by their advantage instead of following the
+    # critic's action-gradient (AWAC)
+    "awac": [*RECIPE, "algo.actor_loss=awac"],
     "crossq": ["algo=crossq", *SAME_TUNING],
     # no demonstrations: the scripted supervisor takes over when the pick stalls (HIL-SERL
     # style); its steps are drawn on the demo side of each batch and pull the actor (bc_weight)

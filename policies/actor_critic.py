@@ -56,6 +56,15 @@ class TanhGaussianActor(nn.Module):
         log_prob = log_prob - (2 * (torch.log(torch.tensor(2.0)) - pre - F.softplus(-2 * pre))).sum(-1)
         return action, log_prob
 
+    def log_prob_of(self, feats: torch.Tensor, action: torch.Tensor, bound: float = 0.999) -> torch.Tensor:
+        """Log-probability of given actions (a dataset's, say); actions at the edge of [-1, 1]
+        (a gripper's +-1) are read at +-``bound``, where the tanh is still invertible."""
+        mean, log_std = self(feats)
+        pre = torch.atanh(action.clamp(-bound, bound))
+        noise = (pre - mean) / log_std.exp()
+        log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * torch.log(torch.tensor(2 * torch.pi))).sum(-1)
+        return log_prob - (2 * (torch.log(torch.tensor(2.0)) - pre - F.softplus(-2 * pre))).sum(-1)
+
     @torch.no_grad()
     def act(self, feats: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         if deterministic:

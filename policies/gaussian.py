@@ -42,6 +42,10 @@ class GaussianPolicy(Policy):
     def sample_features(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.actor.sample(feats)
 
+    def log_prob_features(self, feats: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Log-probability of given actions (advantage-weighted actor losses)."""
+        return self.actor.log_prob_of(feats, action)
+
     def bc_loss(self, obs: dict[str, Any], target: torch.Tensor) -> torch.Tensor:
         """MSE between the deterministic action and the label, in the tanh space, plus a
         pull of the log-std toward its floor (a confident policy)."""

@@ -50,6 +50,13 @@ class SAC(Algorithm):
             out.append(f"algo.critic_warmup_updates={algo_cfg.critic_warmup_updates} must be >= 0")
         if str(algo_cfg.name) != "sac_flow" and str(policy_cfg.name) == "flow":
             out.append(f"policy=flow is trained by SAC through algo=sac_flow (algo={algo_cfg.name})")
+        actor_loss = str(algo_cfg.get("actor_loss", "reparam"))
+        if actor_loss not in ("reparam", "awac"):
+            out.append(f"algo.actor_loss={actor_loss}: expected reparam (SAC's) or awac (advantage-weighted)")
+        elif actor_loss == "awac" and str(policy_cfg.name) == "flow":
+            out.append("algo.actor_loss=awac needs the log-probability of given actions: a Gaussian policy (mlp, cnn)")
+        elif actor_loss == "awac" and float(algo_cfg.get("awac_beta", 1.0)) <= 0:
+            out.append(f"algo.awac_beta={algo_cfg.awac_beta} must be > 0")
         return out
 
     def __init__(self, algo_cfg, policy, spec: EnvSpec, device="cpu"):
@@ -152,6 +159,8 @@ class SAC(Algorithm):
             self.critic.train()
         metrics = {"entropy": -logp.mean().item()}
         demo = batch.get("from_demos")
+        if getattr(self.cfg, "actor_loss", "reparam") == "awac":
+            return self._awac_loss(batch, feats, actor_feats, action, logp, demo, metrics)
         if self.cfg.bc_weight > 0 and demo is not None and bool((demo > 0).any()):
             # TD3+BC (Fujimoto & Gu 2021): the Q term over its batch mean magnitude, so the
             # BC term's weight means the same as the critic grows. Not below 1: Q-values
@@ -163,6 +172,26 @@ class SAC(Algorithm):
             metrics["bc_loss"] = bc.item()
         else:
             actor_loss = (self.alpha.detach() * logp - q).mean()
+        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        return actor_loss, alpha_loss, metrics
+
+    def _awac_loss(self, batch, feats, actor_feats, action, logp, demo, metrics) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Advantage-weighted regression onto the batch's actions (AWAC), plus the entropy
+        term and the BC pull on demo rows as in SAC's loss."""
+        with torch.no_grad():
+            q_data = self.critic(feats, batch["action"]).mean(dim=0)
+            q_pi = self.critic(feats, action.detach()).mean(dim=0)
+            adv = q_data - q_pi
+            z = adv / adv.std().clamp_min(1e-6)
+            w = torch.exp(z / float(self.cfg.awac_beta)).clamp(max=float(self.cfg.awac_max_weight))
+        data_logp = self.policy.log_prob_features(actor_feats, batch["action"])
+        actor_loss = -(w * data_logp).mean() + (self.alpha.detach() * logp).mean()
+        if self.cfg.bc_weight > 0 and demo is not None and bool((demo > 0).any()):
+            rows = demo > 0
+            bc = (action[rows] - batch["action"][rows]).square().sum(-1).mean()
+            actor_loss = actor_loss + self.cfg.bc_weight * bc
+            metrics["bc_loss"] = bc.item()
+        metrics.update(awac_weight_max=w.max().item(), advantage_std=adv.std().item())
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         return actor_loss, alpha_loss, metrics
 

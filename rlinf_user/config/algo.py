@@ -54,6 +54,14 @@ class SACConfig:
     # critics train their own copy and the actor's encoder learns from the actor loss and
     # the BC warm start, so TD updates cannot move the features a cloned actor acts on
     shared_encoder: bool = True
+    # how the actor learns from the critics. "reparam": SAC's, through the critic's gradient
+    # in the action. "awac": advantage-weighted likelihood of the batch's own actions (Nair
+    # et al. 2020): weights exp(A / (awac_beta x std A)), A = Q(s, a) - Q(s, pi(s)), capped
+    # at awac_max_weight; the actor never follows the critic's action-gradient, only ranks
+    # actions it has seen (demos and its own), which keeps a cloned policy from drifting
+    actor_loss: str = "reparam"
+    awac_beta: float = 0.5
+    awac_max_weight: float = 20.0
     drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
     grad_clip: float = 0.0
     reward_scale: float = 1.0

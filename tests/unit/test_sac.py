@@ -230,3 +230,42 @@ def test_td3bc_term_is_scale_free():
         torch.manual_seed(1)
         losses.append(agent._actor_loss(b)[0].item())
     assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+
+
+def test_log_prob_of_given_actions_matches_the_sampled_log_prob():
+    torch.manual_seed(0)
+    cfg = compose_config(["policy.hidden=[32,32]"])
+    agent = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    feats = agent.policy.encoder({"state": torch.randn(16, 5), "images": {}})
+    action, logp = agent.policy.sample_features(feats)
+    assert torch.allclose(agent.policy.log_prob_features(feats, action.clamp(-0.999, 0.999)), logp, atol=1e-3)
+
+
+def test_awac_moves_the_actor_to_the_batch_action_the_critic_ranks_higher():
+    """Half the batch did action[0] = +0.5, half -0.5, from the same states; reward =
+    action[0]. AWAC's actor must take up the +0.5 action: it weights the actions it saw by
+    their advantage and never follows the critic's action-gradient (which would push
+    action[0] past +0.5 towards +1)."""
+    torch.manual_seed(0)
+    cfg = compose_config(["algo=rlpd", "algo.actor_loss=awac", "algo.init_temperature=0.001", "policy.hidden=[64,64]",
+                          "algo.critic_lr=1e-3", "algo.actor_lr=1e-3"])  # fmt: skip
+    agent = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    for _ in range(600):
+        b = _batch(128)
+        sign = torch.where(torch.arange(128) % 2 == 0, 1.0, -1.0)
+        b["action"] = torch.zeros(128, 7)
+        b["action"][:, 0] = 0.5 * sign
+        b["reward"] = b["action"][:, 0].clone()
+        m = agent.update(b)
+    assert m["awac_weight_max"] > 1.0 and m["advantage_std"] > 0
+    out = agent.policy.act({"state": torch.randn(256, 5), "images": {}}, deterministic=True).actions[:, 0, 0]
+    assert 0.35 < out.mean().item() < 0.65, out.mean()
+
+
+def test_awac_is_refused_for_a_flow_policy():
+    from rlinf_user.config.compose import ConfigError, validate
+
+    with pytest.raises(ConfigError, match="actor_loss=awac"):
+        validate(compose_config(["algo=sac_flow", "policy=flow", "algo.actor_loss=awac"]))
+    with pytest.raises(ConfigError, match="actor_loss=best"):
+        validate(compose_config(["algo=sac", "algo.actor_loss=best"]))
