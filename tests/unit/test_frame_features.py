@@ -55,6 +55,13 @@ def test_the_pixel_sim_picks_its_policy_unless_the_command_line_does():
     assert cfg.policy.name == "flow" and not cfg.policy.get("frame_features")
 
 
+def test_the_pixel_recipe_is_the_state_recipe_with_an_advantage_weighted_actor():
+    pixels, state = (compose_config(["algo=rlpd"], sim=s).algo for s in ("gym_hil_pixels", "gym_hil_random"))
+    assert (pixels.actor_loss, state.actor_loss) == ("awac", "reparam")
+    assert {k: v for k, v in pixels.items() if k != "actor_loss"} == {k: v for k, v in state.items() if k != "actor_loss"}
+    assert compose_config(["algo=rlpd", "algo.actor_loss=reparam"], sim="gym_hil_pixels").algo.actor_loss == "reparam"
+
+
 def test_demonstrations_with_frames_become_rows_with_maps_and_keep_their_n_step_returns():
     from rlinf_user.runtime.replay_service import featurize_buffer
 
