@@ -161,19 +161,28 @@ class SAC(Algorithm):
         demo = batch.get("from_demos")
         if getattr(self.cfg, "actor_loss", "reparam") == "awac":
             return self._awac_loss(batch, feats, actor_feats, action, logp, demo, metrics)
-        if self.cfg.bc_weight > 0 and demo is not None and bool((demo > 0).any()):
+        if self._has_demo_rows(demo):
             # TD3+BC (Fujimoto & Gu 2021): the Q term over its batch mean magnitude, so the
             # BC term's weight means the same as the critic grows. Not below 1: Q-values
             # near 0 (a sparse reward, early on) would otherwise amplify the critic's noise
             q = q / q.abs().mean().detach().clamp_min(1.0)
-            rows = demo > 0
-            bc = (action[rows] - batch["action"][rows]).square().sum(-1).mean()
+            bc = self._bc_term(action, batch, demo, metrics)
             actor_loss = (self.alpha.detach() * logp - q).mean() + self.cfg.bc_weight * bc
-            metrics["bc_loss"] = bc.item()
         else:
             actor_loss = (self.alpha.detach() * logp - q).mean()
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         return actor_loss, alpha_loss, metrics
+
+    def _has_demo_rows(self, demo) -> bool:
+        return self.cfg.bc_weight > 0 and demo is not None and bool((demo > 0).any())
+
+    @staticmethod
+    def _bc_term(action, batch, demo, metrics) -> torch.Tensor:
+        """Squared distance of the sampled action to the demonstrated one, on demo rows."""
+        rows = demo > 0
+        bc = (action[rows] - batch["action"][rows]).square().sum(-1).mean()
+        metrics["bc_loss"] = bc.item()
+        return bc
 
     def _awac_loss(self, batch, feats, actor_feats, action, logp, demo, metrics) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """Advantage-weighted regression onto the batch's actions (AWAC), plus the entropy
@@ -186,11 +195,8 @@ class SAC(Algorithm):
             w = torch.exp(z / float(self.cfg.awac_beta)).clamp(max=float(self.cfg.awac_max_weight))
         data_logp = self.policy.log_prob_features(actor_feats, batch["action"])
         actor_loss = -(w * data_logp).mean() + (self.alpha.detach() * logp).mean()
-        if self.cfg.bc_weight > 0 and demo is not None and bool((demo > 0).any()):
-            rows = demo > 0
-            bc = (action[rows] - batch["action"][rows]).square().sum(-1).mean()
-            actor_loss = actor_loss + self.cfg.bc_weight * bc
-            metrics["bc_loss"] = bc.item()
+        if self._has_demo_rows(demo):
+            actor_loss = actor_loss + self.cfg.bc_weight * self._bc_term(action, batch, demo, metrics)
         metrics.update(awac_weight_max=w.max().item(), advantage_std=adv.std().item())
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         return actor_loss, alpha_loss, metrics
