@@ -39,6 +39,7 @@ import numpy as np
 
 from rlinf_user.env.base import ContractEnv
 from rlinf_user.env.contract import ActionSpec, make_observation
+from rlinf_user.sims.gym_hil_control import use_fast_control
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +152,7 @@ class GymHilEnv(ContractEnv):
             control_dt=1.0 / float(control_hz),
             **kwargs,
         ).unwrapped
+        use_fast_control(self._env)  # the same torques, computed about twice as fast
         if self.cameras and (not render_shadows or render_samples is not None):
             self._set_render_quality(bool(render_shadows), render_samples, size)
         self._pending_seed = seed

@@ -119,3 +119,34 @@ def test_camera_crops_and_render_size_apply_where_the_env_is_built() -> None:
                          ({"front": [0, 0, 10]}, r"\[x, y, w, h\]")):  # fmt: skip
         with pytest.raises(ValueError, match=match):
             validate_env_config(_cfg(cameras=["front"], crops=crops))
+
+
+@pytest.mark.parametrize("task", ["PandaPickCube", "PandaArrangeBoxes"])
+def test_the_fast_controller_gives_gym_hil_s_own_torques_to_the_bit(task: str) -> None:
+    """The env runs gym_hil's operational-space controller through ``FastOpspace``; the
+    same env with gym_hil's own ``apply_action`` must see the same states to the last bit
+    over whole episodes of random motion and gripper commands (a grasp and lifts happen),
+    and the fast one must be the one in use."""
+    kwargs = {"random_block_position": True} if task == "PandaPickCube" else {}
+    fast = make_env(_cfg(task=task, max_episode_steps=40, kwargs=kwargs), seed=0)
+    ref = make_env(_cfg(task=task, max_episode_steps=40, kwargs=kwargs), seed=0)
+    try:
+        assert "apply_action" in vars(fast.base_env)  # the fast controller is installed
+        del ref.base_env.apply_action  # back to gym_hil's own method
+        assert "apply_action" not in vars(ref.base_env)
+        rng = np.random.default_rng(0)
+        for episode in range(2):
+            a, _ = fast.reset(seed=episode)
+            b, _ = ref.reset(seed=episode)
+            np.testing.assert_array_equal(a["state"], b["state"])
+            for _ in range(40):
+                action = rng.uniform(-1, 1, 7).astype(np.float32)
+                a, ra, ta, tra, _ = fast.step(action)
+                b, rb, tb, trb, _ = ref.step(action)
+                np.testing.assert_array_equal(a["state"], b["state"])
+                assert (ra, ta, tra) == (rb, tb, trb)
+                if ta or tra:
+                    break
+    finally:
+        fast.close()
+        ref.close()
