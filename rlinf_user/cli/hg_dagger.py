@@ -25,6 +25,8 @@ def run_hg_dagger(args, console) -> int:
         raise ConfigError("hg-dagger starts from demonstrations: give demos=<LeRobot dataset> (record them with `rlinf-user teleop`)")
     if h.rounds < 1 or h.episodes_per_round < 1:
         raise ConfigError("hg_dagger.rounds and hg_dagger.episodes_per_round must be >= 1")
+    if h.updates_per_episode < 0:
+        raise ConfigError(f"hg_dagger.updates_per_episode must be >= 0 (0: train in the background), got {h.updates_per_episode}")
     if h.synthetic_human and not (cfg.env.backend == "reach" or (cfg.env.backend == "gym_hil" and "PickCube" in str(cfg.env.task))):
         raise ConfigError("hg_dagger.synthetic_human=true drives gym_hil's PandaPickCube and the reach sim only")
     if args.dry_run:
@@ -84,7 +86,8 @@ def run_hg_dagger(args, console) -> int:
         policy = build_policy(cfg.policy, spec)
         sub = WeightSubscriber(store, policy)
         sub.sync()
-        ray.get(learner.start.remote(h.updates_per_s))
+        if not h.updates_per_episode:
+            ray.get(learner.start.remote(h.updates_per_s))
         if not h.synthetic_human and not device.started:
             device.start()
 
@@ -98,6 +101,7 @@ def run_hg_dagger(args, console) -> int:
         session = HGDaggerSession(
             env, device, policy, sub, learner, spec, writer=writer, task=cfg.dataset.task or str(cfg.env.task),
             ramp_steps=h.ramp_steps, rate_hz=cfg.teleop.rate_hz, human=human, on_episode=on_episode,
+            updates_per_episode=h.updates_per_episode,
         )  # fmt: skip
         error = None
         try:

@@ -241,6 +241,11 @@ class HGDaggerConfig:
     batch_size: int = 256
     updates_per_s: float = 300.0  # learner rate cap (keeps a core for the control side)
     publish_every: int = 50  # updates between published policy versions
+    # 0: the learner trains in the background while the robot moves (a person's session:
+    # training never makes them wait). N > 0: after each corrected episode the learner
+    # trains exactly N updates and publishes while the robot waits, so a session learns
+    # the same on any machine (benchmarks, tests); updates_per_s is then unused
+    updates_per_episode: int = 0
     # a scripted supervisor on a simulated SpaceMouse instead of a person (gym_hil pick)
     synthetic_human: bool = False
     synthetic_demos: int = 2  # demonstrations the synthetic human records first (when no demos=)

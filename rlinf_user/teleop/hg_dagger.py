@@ -7,7 +7,9 @@ decides who acts (ramped hand-over). Every step is recorded (LeRobotDataset, wit
 ``intervention`` and ``policy_version``) and every step the human controlled is sent to
 the learner as a label. Learner side (a Ray actor, :class:`BCLearner`): trains
 continuously on demonstrations + corrections and publishes versions; the acting side
-applies them between steps without waiting.
+applies them between steps without waiting. With ``updates_per_episode`` it trains in
+step instead: a fixed number of updates after each corrected episode while the robot
+waits, so what a session learns does not depend on the machine's speed.
 
 Evaluation episodes (``eval_episodes`` per round) run the policy with the human's hands
 off, which measures autonomous success per policy version; without them, autonomous
@@ -67,6 +69,7 @@ class HGDaggerSession:
         rate_hz: float = 10.0,
         human: Callable | None = None,
         on_episode: Callable[[EpisodeLog], None] | None = None,
+        updates_per_episode: int = 0,
     ):
         self.env = env
         self.device = device
@@ -80,6 +83,7 @@ class HGDaggerSession:
         self.rate_hz = rate_hz
         self.human = human  # a scripted human: called with (obs, policy_action) before each read
         self.on_episode = on_episode
+        self.updates_per_episode = updates_per_episode  # > 0: train in step with the episodes
         self.log: list[EpisodeLog] = []
         self.cameras = list(env.observation_space["images"].spaces)
 
@@ -163,6 +167,8 @@ class HGDaggerSession:
                 pacer.wait()
         if any(labelled):
             self.learner.add_episode.remote(episode_arrays(seen, self.cameras), np.stack(executed), np.array(labelled), 1)
+        if self.updates_per_episode and kind == "dagger" and lost is None:
+            self._train_in_step()
         idx = None
         if self.writer is not None and steps:
             if lost is not None:
@@ -182,6 +188,16 @@ class HGDaggerSession:
         if lost is not None:
             raise lost
         return entry
+
+    def _train_in_step(self) -> None:
+        """The robot waits while the learner trains ``updates_per_episode`` updates on
+        everything so far (the corrections just sent included: one actor takes its calls
+        in order) and publishes; the next episode acts with that version."""
+        import ray
+
+        ray.get(self.learner.train.remote(self.updates_per_episode))
+        ray.get(self.learner.publish.remote())
+        self.subscriber.sync()
 
     def run(self, rounds: int, episodes_per_round: int, eval_episodes: int = 0, seed: int = 0) -> list[EpisodeLog]:
         """Round 0 evaluates the policy cloned from the demonstrations alone (when there

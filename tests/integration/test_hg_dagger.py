@@ -50,29 +50,46 @@ def test_hg_dagger_session_with_a_synthetic_supervisor(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("policy", [[], ["policy=pi0", "policy.horizon=4"]], ids=["mlp", "pi0-chunks"])
+@pytest.mark.parametrize(
+    "policy",
+    [["hg_dagger.rounds=5", "hg_dagger.updates_per_episode=400"],
+     ["policy=pi0", "policy.horizon=4", "hg_dagger.rounds=4", "hg_dagger.updates_per_episode=100"]],
+    ids=["mlp", "pi0-chunks"],
+)  # fmt: skip
 def test_hg_dagger_improves_the_policy_and_needs_the_supervisor_less(tmp_path, capsys, policy):
     """The learning claim, in CI: from 2 scripted demonstrations (random block), rounds of
     8 corrected episodes; autonomous success is measured on 10 hands-off episodes before
     the first round (demos only) and after each round. Success must rise by 30 points to
     >= 75% over the last two rounds while the supervisor's share of the steps falls by at
-    least 15 points from the first round (benchmark: 3 seeds, same setting). The same holds
-    for the pi0 architecture (tiny, chunks of 4 actions, the flow-matching loss on its
-    action expert)."""
+    least 15 points from the first round. The same holds for the pi0 architecture (tiny,
+    chunks of 4 actions, the flow-matching loss on its action expert).
+
+    The learner trains a fixed number of updates after each corrected episode
+    (``hg_dagger.updates_per_episode``; about what it manages in the background at 50 Hz
+    on an idle 2-core machine) and the sim runs unpaced, so the session learns the same
+    however loaded the machine is. The benchmark (3 seeds) runs the background learner."""
     argv = [
         "hg-dagger", "--sim", "gym_hil", "env.kwargs.random_block_position=true", "env.max_episode_steps=50",
-        "hg_dagger.synthetic_human=true", "hg_dagger.synthetic_demos=2", "hg_dagger.rounds=6",
-        "hg_dagger.episodes_per_round=8", "hg_dagger.eval_episodes=10", "teleop.rate_hz=50", "seed=2",
-        f"run_root={tmp_path}", "run_name=trend", *policy,
+        "hg_dagger.synthetic_human=true", "hg_dagger.synthetic_demos=2", "hg_dagger.episodes_per_round=8",
+        "hg_dagger.eval_episodes=10", "teleop.rate_hz=0", "seed=2", f"run_root={tmp_path}", "run_name=trend", *policy,
     ]  # fmt: skip
     assert main(argv) == 0, capsys.readouterr().err
-    rounds = json.loads((tmp_path / "trend" / "hg_dagger.json").read_text())["rounds"]
+    summary = json.loads((tmp_path / "trend" / "hg_dagger.json").read_text())
+    rounds = summary["rounds"]
     baseline, first, last = rounds[0], rounds[1], rounds[-2:]
     success = sum(r["autonomous_success"] for r in last) / 2
     interventions = sum(r["intervention_rate"] for r in last) / 2
     table = [(r["round"], r["autonomous_success"], r["intervention_rate"]) for r in rounds]
     assert success >= 0.75 and success >= baseline["autonomous_success"] + 0.3, table
     assert interventions <= first["intervention_rate"] - 0.15, table
+    # in step: warm-up, then exactly updates_per_episode after each corrected episode
+    n = int(policy[-1].split("=")[1])
+    dagger_episodes = 8 * (len(rounds) - 1)
+    assert summary["learner"]["updates"] == 500 + n * dagger_episodes
+    # one version per episode: round 0's evaluation ran the cloned policy; in each round
+    # the 8 corrected episodes and then the evaluation each ran the next version
+    versions = [r["policy_versions"] for r in rounds]
+    assert len(versions[0]) == 1 and all(len(v) == 9 for v in versions[1:]), versions
 
 
 @pytest.mark.timeout(600)
@@ -104,3 +121,15 @@ def test_hg_dagger_trains_a_real_vla_on_camera_frames_and_instructions(tmp_path,
     assert max(versions) > min(versions) >= 0  # versions arrived while the robot acted
     demos = LeRobotReader(run / "synthetic_demos")
     assert demos.num_episodes == 3 and "top" in demos.cameras()
+
+
+@pytest.mark.parametrize(
+    "bad, named",
+    [("hg_dagger.rounds=0", "hg_dagger.rounds"), ("hg_dagger.updates_per_episode=-1", "hg_dagger.updates_per_episode")],
+)
+def test_bad_session_settings_are_refused_by_name_before_anything_runs(tmp_path, capsys, bad, named):
+    argv = ["hg-dagger", "--sim", "gym_hil", "hg_dagger.synthetic_human=true", bad,
+            f"run_root={tmp_path}", "run_name=bad"]  # fmt: skip
+    assert main(argv) == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "hg_dagger.json").exists()
