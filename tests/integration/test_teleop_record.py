@@ -142,8 +142,11 @@ def test_teleop_cli_records_a_camera_dataset_from_a_keyboard_session(tmp_path, c
     assert ok.meta["outcome"] == "success" and failed.meta["outcome"] == "failure"
     assert ok.task == "push the cube"
     a = ok.columns["action"]
-    assert (a[:, 0] > 0.5).sum() >= 3 and (a[:, 2] > 0.5).sum() >= 1  # W then E reached the env
-    assert (failed.columns["action"][:, 1] > 0.5).sum() >= 2
+    # W then E reached the env (the replay runs on the clock and the env steps at its own
+    # pace: a loaded machine fits fewer steps into a key's 0.3-0.6 s, at least one)
+    assert (a[:, 0] > 0.5).sum() >= 1 and (a[:, 2] > 0.5).sum() >= 1
+    assert np.flatnonzero(a[:, 0] > 0.5).max() < np.flatnonzero(a[:, 2] > 0.5).min()  # in that order
+    assert (failed.columns["action"][:, 1] > 0.5).sum() >= 1
     assert ok.images["base_camera"].shape == (len(ok), 128, 128, 3)
     assert ok.images["base_camera"].std() > 5  # a rendered scene, not a blank frame
     # running again into the same folder is refused, nothing is touched
