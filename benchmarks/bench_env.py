@@ -18,18 +18,28 @@ from omegaconf import OmegaConf
 from rlinf_user.config.schema import EnvConfig
 from rlinf_user.env.registry import make_env
 
+# (backend, task, cameras, env.kwargs, variant); variant "library controller": gym_hil's
+# own apply_action instead of FastOpspace (the same torques, side by side)
+PIXELS = {"render_shadows": False, "render_samples": 0}
 CASES = [
-    ("maniskill", "PickCube-v1", []),
-    ("maniskill", "PushCube-v1", []),
-    ("maniskill", "PegInsertionSide-v1", []),
-    ("maniskill", "PickCube-v1", ["base_camera"]),
-    ("gym_hil", "PandaPickCube", []),
+    ("maniskill", "PickCube-v1", [], {}, None),
+    ("maniskill", "PushCube-v1", [], {}, None),
+    ("maniskill", "PegInsertionSide-v1", [], {}, None),
+    ("maniskill", "PickCube-v1", ["base_camera"], {}, None),
+    ("gym_hil", "PandaPickCube", [], {}, "library controller"),
+    ("gym_hil", "PandaPickCube", [], {}, None),
+    ("gym_hil", "PandaPickCube", ["front", "wrist"], PIXELS, None),  # gym_hil_pixels' cameras and rendering
 ]
 
 
-def bench(backend: str, task: str, cameras: list[str], steps: int, repeats: int) -> dict:
-    cfg = OmegaConf.structured(EnvConfig(backend=backend, task=task, cameras=cameras, max_episode_steps=10**9))
+def bench(backend: str, task: str, cameras: list[str], kwargs: dict, variant: str | None, steps: int,
+          repeats: int) -> dict:  # fmt: skip
+    cfg = OmegaConf.structured(EnvConfig(backend=backend, task=task, cameras=cameras, kwargs=kwargs,
+                                         max_episode_steps=10**9))  # fmt: skip
+    size = cfg.image_size
     env = make_env(cfg, seed=0)
+    if variant == "library controller":
+        del env.base_env.apply_action  # gym_hil's own method again
     rng = np.random.default_rng(0)
     env.reset(seed=0)
     for _ in range(20):
@@ -48,7 +58,8 @@ def bench(backend: str, task: str, cameras: list[str], steps: int, repeats: int)
     return {
         "backend": backend,
         "task": task,
-        "obs": "rgb " + ",".join(cameras) if cameras else "state",
+        "obs": f"rgb {','.join(cameras)} {size}x{size}" if cameras else "state",
+        **({"variant": variant} if variant else {}),
         "steps_per_s_median": round(float(np.median(rates)), 1),
         "step_ms_median": round(float(np.median(lat_ms)), 3),
         "step_ms_p99": round(float(np.percentile(lat_ms, 99)), 3),
@@ -65,9 +76,9 @@ def main() -> None:
     ap.add_argument("--case", type=int, default=None, help="run one case in this process")
     args = ap.parse_args()
     if args.case is not None:
-        backend, task, cams = CASES[args.case]
+        backend, task, cams, kwargs, variant = CASES[args.case]
         try:
-            row = bench(backend, task, cams, args.steps, args.repeats)
+            row = bench(backend, task, cams, kwargs, variant, args.steps, args.repeats)
         except Exception as err:  # noqa: BLE001 - report and continue with other backends
             row = {"backend": backend, "task": task, "error": str(err)[:200]}
         print("RESULT " + json.dumps(row))

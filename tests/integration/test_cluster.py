@@ -49,7 +49,7 @@ def test_roles_follow_node_groups_and_robots_leave_and_rejoin(tmp_path):
                 "placement.buffer.group=gpu_box", "placement.eval_worker={num_cpus: 1, group: gpu_box}",
                 "fleet=[{name: pick, resources: {robot_a: 1}}, "
                 "{name: boxes, resources: {robot_b: 1}, env: {task: PandaArrangeBoxes}}]",
-                "env.max_episode_steps=40", "total_env_steps=4000", "algo.learning_starts=400", "algo.batch_size=64",
+                "env.max_episode_steps=40", "total_env_steps=2800", "algo.learning_starts=400", "algo.batch_size=64",
                 "policy.hidden=[64,64]", "eval_every_steps=100000", "eval_episodes=1", "buffer.chunk_steps=25",
                 f"run_root={tmp_path}", "run_name=fleet", "progress=false",
             ],
@@ -88,7 +88,7 @@ def test_roles_follow_node_groups_and_robots_leave_and_rejoin(tmp_path):
     members = summary["members"]
     assert members["pick"]["env_steps"] > 0 and members["boxes"]["env_steps"] > 0
     assert members["boxes"]["running"] == 1 and members["boxes"]["restarts"] == 0  # a node leaving is not a failure
-    assert summary["env_steps"] >= 4000 and summary["updates"] > 0
+    assert summary["env_steps"] >= 2800 and summary["updates"] > 0
 
     # the fleet's policy evaluates on either member's env (its spec is in the checkpoint)
     from rlinf_user.cli.main import main
