@@ -523,6 +523,9 @@ def _shut_down(backend: EdgeBackend, sock: zmq.Socket, ctx: zmq.Context, code: i
             call()
         except Exception:  # noqa: BLE001
             log.exception("%s on shutdown failed", step)
+        else:
+            if step == "hold":
+                log.info("shutting down: the robot is held")
     sock.close(0)
     ctx.term()
     logging.shutdown()
