@@ -14,11 +14,19 @@ installed gym_hil over whole episodes in ``tests/integration/test_gym_hil_backen
 
 from __future__ import annotations
 
+import logging
 import math
 import types
+from importlib import metadata
 from typing import Any
 
 import numpy as np
+
+log = logging.getLogger(__name__)
+
+# gym_hil releases whose controller this reproduces, compared bit for bit by the test;
+# another release keeps its own controller until the test has been run against it
+VERIFIED_GYM_HIL = ("0.1.14",)
 
 
 class FastOpspace:
@@ -27,7 +35,10 @@ class FastOpspace:
     nullspace stiffness 0.5, no acceleration limits)."""
 
     def __init__(self, model: Any, site_id: int, dof_ids: np.ndarray, joint: np.ndarray):
+        import mujoco
+
         self.model, self.site_id = model, int(site_id)
+        self._jac_site, self._full_mass = mujoco.mj_jacSite, mujoco.mj_fullM  # looked up once
         # an index array, as gym_hil indexes: its copies are contiguous, and a strided
         # view (a slice) sends the matrix products down another BLAS path whose sums
         # round differently in the last bit
@@ -43,11 +54,9 @@ class FastOpspace:
         self.eye = np.eye(dof.size)
 
     def __call__(self, data: Any, pos: np.ndarray, quat_des: np.ndarray) -> np.ndarray:
-        import mujoco
-
         dof = self.dof
         q, dq = data.qpos[dof], data.qvel[dof]
-        mujoco.mj_jacSite(self.model, data, self.jac_v, self.jac_w, self.site_id)
+        self._jac_site(self.model, data, self.jac_v, self.jac_w, self.site_id)
         jv, jw = self.jac_v[:, dof], self.jac_w[:, dof]
         jac = np.concatenate([jv, jw], axis=0)
         ddx = (data.site_xpos[self.site_id] - pos) * self.kp_x + (jv @ dq) * self.kd_x
@@ -56,7 +65,7 @@ class FastOpspace:
         if quat[0] * qd[0] + quat[1] * qd[1] + quat[2] * qd[2] + quat[3] * qd[3] < 0.0:
             quat = (-quat[0], -quat[1], -quat[2], -quat[3])
         dw = np.array(_axis_angle(_quat_diff(qd, quat))) * self.kp_x + (jw @ dq) * self.kd_x
-        mujoco.mj_fullM(self.model, self.mass, data.qM)
+        self._full_mass(self.model, self.mass, data.qM)
         mass = self.mass[dof, :][:, dof]
         mass_inv = np.linalg.inv(mass)
         mx_inv = jac @ mass_inv @ jac.T
@@ -122,18 +131,23 @@ def _apply_action(self: Any, action: np.ndarray) -> None:
     self._data.mocap_pos[0] = np.clip(pos + np.asarray([x, y, z]), *self._cartesian_bounds)
     g = self._data.ctrl[self._gripper_ctrl_id] / MAX_GRIPPER_COMMAND
     self._data.ctrl[self._gripper_ctrl_id] = np.clip(g + grasp_command, 0.0, 1.0) * MAX_GRIPPER_COMMAND
-    control = self._fast_opspace
+    control, step = self._fast_opspace, mujoco.mj_step
     for _ in range(self._n_substeps):
         self._data.ctrl[self._panda_ctrl_ids] = control(self._data, self._data.mocap_pos[0], self._data.mocap_quat[0])
-        mujoco.mj_step(self._model, self._data)
+        step(self._model, self._data)
 
 
 def use_fast_control(env: Any) -> bool:
     """Give a built gym_hil env (unwrapped) the fast controller; False (nothing changed)
-    for an env whose ``apply_action`` is not gym_hil's base one (a task overriding it)."""
+    for an env whose ``apply_action`` is not gym_hil's base one (a task overriding it) or
+    a gym_hil release the controller was not compared against."""
     from gym_hil.mujoco_gym_env import FrankaGymEnv
 
     if type(env).apply_action is not FrankaGymEnv.apply_action:
+        return False
+    release = metadata.version("gym-hil")
+    if release not in VERIFIED_GYM_HIL:
+        log.info("gym_hil %s: its own controller (the fast one is verified on %s)", release, ", ".join(VERIFIED_GYM_HIL))
         return False
     env._fast_opspace = FastOpspace(env._model, env._pinch_site_id, env._panda_dof_ids, env._home_position)
     env.apply_action = types.MethodType(_apply_action, env)
