@@ -111,7 +111,7 @@ def _family(pid: int) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
 
 
-def test_sigterm_stops_the_daemon_within_two_seconds_during_a_flood(edge):
+def test_sigterm_holds_the_robot_within_two_seconds_and_ends_the_daemon_during_a_flood(edge):
     c = _client(edge.port)
     c.hello()
     c.reset(seed=0)
