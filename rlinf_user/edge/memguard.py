@@ -4,11 +4,16 @@ libzmq hands a multipart message to the application only once every frame has ar
 and ``ZMQ_MAXMSGSIZE`` bounds a single frame, not a message: a peer that sends many
 frames under the cap without ever ending the message makes libzmq buffer all of them. No
 socket option bounds that, so this guard watches from outside: a thread reads the
-process's resident memory every ``interval_s`` (5 ms); when it has grown past ``budget_bytes``
-over its baseline, the TCP connection that received the most bytes since the last sample
-is shut down (libzmq then drops that peer's unfinished message and frees it) and the event
-is counted and logged. Connections are found as this process's TCP sockets and their byte
-counts read from the kernel (``TCP_INFO``), so nothing here touches libzmq's own state.
+process's resident memory every ``interval_s`` (5 ms) and, every ``sample_s``, each TCP
+connection's received-byte count from the kernel (``TCP_INFO``), keeping ``history_s`` of
+those samples. When memory has grown past ``budget_bytes`` over its baseline, the growth is
+attributed from the last sample at which memory was still near the baseline (the oldest
+kept, if memory has been high for longer): the connection that received the most bytes
+since then is shut down (libzmq then drops that peer's unfinished message and frees it),
+provided those bytes account for 3/4 of the growth (a hoarded message accounts
+for all of it). Otherwise the growth is the
+process's own and the baseline rises. A flood is caught at any rate this way, a slow one
+included; nothing here touches libzmq's own state.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import socket
 import struct
 import threading
 import time
+from collections import deque
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +40,16 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * _PAGE
 
 
-def tcp_connections(local_port: int | None = None) -> dict[int, int]:
-    """fd -> bytes received, for every established TCP connection of this process (accepted
-    on ``local_port`` only, when given)."""
+def tcp_connections(local_port: int | None = None) -> dict[tuple[int, int], int]:
+    """(fd, socket inode) -> bytes received, for every established TCP connection of this
+    process (accepted on ``local_port`` only, when given). The inode tells a new connection
+    from an old one that had the same descriptor number."""
     out = {}
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         try:
-            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+            link = os.readlink(f"/proc/self/fd/{name}")
+            if not link.startswith("socket:["):
                 continue
             with socket.socket(fileno=os.dup(fd)) as s:
                 if s.type != socket.SOCK_STREAM or s.family not in (socket.AF_INET, socket.AF_INET6):
@@ -52,7 +60,7 @@ def tcp_connections(local_port: int | None = None) -> dict[int, int]:
         except OSError:
             continue
         if len(info) >= _BYTES_RECEIVED + 8 and info[0] == _ESTABLISHED:
-            out[fd] = struct.unpack_from("Q", info, _BYTES_RECEIVED)[0]
+            out[(fd, int(link[8:-1]))] = struct.unpack_from("Q", info, _BYTES_RECEIVED)[0]
     return out
 
 
@@ -64,13 +72,14 @@ def _trim() -> None:
 
 
 class IngressGuard(threading.Thread):
-    def __init__(self, budget_bytes: int, port: int, interval_s: float = 0.005, sample_s: float = 0.1):
+    def __init__(self, budget_bytes: int, port: int, interval_s: float = 0.005, sample_s: float = 0.1,
+                 history_s: float = 30.0):  # fmt: skip
         super().__init__(name="edge-ingress-guard", daemon=True)
         self.budget, self.port = budget_bytes, port
         self.interval_s, self.sample_s = interval_s, sample_s
         self.cut = 0
         self._stopping = threading.Event()
-        self._samples: dict[int, int] = {}
+        self._history: deque[tuple[int, dict]] = deque(maxlen=max(2, int(history_s / sample_s)))
         self.baseline = rss_bytes()
 
     def stop(self) -> None:
@@ -80,38 +89,48 @@ class IngressGuard(threading.Thread):
         next_sample = 0.0
         while not self._stopping.wait(self.interval_s):
             try:
-                now = time.monotonic()
-                if rss_bytes() - self.baseline > self.budget:
-                    self._cut_top_grower()
+                now, rss = time.monotonic(), rss_bytes()
+                if rss - self.baseline > self.budget:
+                    self._cut_top_grower(rss)
                 elif now >= next_sample:
-                    self._samples, next_sample = tcp_connections(self.port), now + self.sample_s
+                    self._history.append((rss, tcp_connections(self.port)))
+                    next_sample = now + self.sample_s
             except Exception:  # noqa: BLE001 - a guard that dies silently guards nothing
                 log.exception("ingress guard check failed")
 
-    def _cut_top_grower(self) -> None:
-        """Only a client connection that received a good share of the budget is cut; growth
-        from anything else (the process's own allocations) raises the baseline instead."""
+    def _reference(self) -> tuple[int, dict]:
+        """The last sample taken while memory was near the baseline, else the oldest kept."""
+        for rss, conns in reversed(self._history):
+            if rss - self.baseline <= self.budget // 4:
+                return rss, conns
+        return self._history[0] if self._history else (self.baseline, {})
+
+    def _cut_top_grower(self, rss: int) -> None:
+        """Only a client connection whose bytes since the reference account for 3/4 of the
+        memory growth is cut; growth from anything else (the process's own
+        allocations) raises the baseline instead."""
+        ref_rss, ref = self._reference()
         current = tcp_connections(self.port)
-        growth = {fd: n - self._samples.get(fd, 0) for fd, n in current.items()}
-        fd = max(growth, key=growth.get) if growth else None
-        if fd is not None and growth[fd] >= self.budget // 4:
-            try:
-                with socket.socket(fileno=os.dup(fd)) as s:
-                    peer = s.getpeername()
-                    s.shutdown(socket.SHUT_RDWR)  # libzmq sees the drop and frees the message
-                self.cut += 1
-                log.warning("dropped the connection from %s: %.0f MB received in an unfinished "
-                            "message (memory budget %.0f MB)", peer, growth[fd] / 2**20,
-                            self.budget / 2**20)  # fmt: skip
-            except OSError as err:
-                log.warning("could not drop connection fd %d: %s", fd, err)
-        else:
+        growth = {key: n - ref.get(key, 0) for key, n in current.items()}
+        key = max(growth, key=growth.get) if growth else None
+        if key is None or growth[key] < 3 * max(rss - ref_rss, self.budget // 8) // 4:
             log.info("memory grew %.0f MB over the baseline, not by a client's message: new baseline",
-                     (rss_bytes() - self.baseline) / 2**20)  # fmt: skip
-            self.baseline = rss_bytes()
-            self._samples = tcp_connections(self.port)
+                     (rss - self.baseline) / 2**20)  # fmt: skip
+            self.baseline = rss
+            self._history.append((rss, current))
             return
+        try:
+            with socket.socket(fileno=os.dup(key[0])) as s:
+                peer = s.getpeername()
+                s.shutdown(socket.SHUT_RDWR)  # libzmq sees the drop and frees the message
+            self.cut += 1
+            log.warning("dropped the connection from %s: %.0f MB received in an unfinished "
+                        "message (memory budget %.0f MB)", peer, growth[key] / 2**20,
+                        self.budget / 2**20)  # fmt: skip
+        except OSError as err:
+            log.warning("could not drop connection fd %d: %s", key[0], err)
         time.sleep(0.05)  # let libzmq's I/O thread release it
         _trim()
-        self._samples = tcp_connections(self.port)
-        self.baseline = max(self.baseline, rss_bytes() - self.budget // 2)  # what stays is not a peer's
+        # what stays is not a peer's
+        self.baseline = max(self.baseline, rss_bytes() - self.budget // 2)
+        self._history.append((rss_bytes(), tcp_connections(self.port)))

@@ -195,17 +195,22 @@ def test_oversized_messages_never_make_the_daemon_hold_them(edge):
     s.close()
 
 
-def test_a_never_ending_message_of_small_frames_is_cut_off(edge):
-    """Frames under the per-frame cap, never a last frame: libzmq would buffer them all."""
+@pytest.mark.parametrize("mb_per_s", [None, 40], ids=["flat-out", "paced-40MBps"])
+def test_a_never_ending_message_of_small_frames_is_cut_off(edge, mb_per_s):
+    """Frames under the per-frame cap, never a last frame: libzmq would buffer them all. A
+    paced flood stays under any per-interval byte threshold; it must be cut all the same."""
     daemon = psutil.Process(edge.proc.pid)
     base = _hwm_mb(daemon)
     raw = _zmtp_dealer(edge.port)  # libzmq's own sender would hold frames until the last one
     frame = struct.pack(">BQ", 0x03, 2**20) + bytes(2**20)  # MORE|LONG, 1 MB: under the 16 MB cap
-    sent = 0
+    sent, total = 0, 1000 if mb_per_s is None else 400
+    t0 = time.monotonic()
     try:
-        for _ in range(1000):  # 1 GB, one message that never ends
+        for _ in range(total):  # one message that never ends
             raw.sendall(frame)
             sent += 1
+            if mb_per_s:
+                time.sleep(max(0.0, t0 + sent / mb_per_s - time.monotonic()))
     except OSError:
         pass  # the daemon dropped the connection
     raw.close()
@@ -214,8 +219,9 @@ def test_a_never_ending_message_of_small_frames_is_cut_off(edge):
     c.hello()  # still serving
     t = c.telemetry()
     c.close()
-    assert sent < 1000, "the connection was never dropped"
+    assert sent < total, "the connection was never dropped"
     assert t["daemon"]["ingress_cut"] >= 1
+    assert "not by a client's message" not in edge.log()  # the flood was never taken for own growth
     # the 64 MB budget plus what arrives before the guard's next check (5 ms apart, longer
     # when both cores are busy)
     assert _hwm_mb(daemon) - base < 256, (base, _hwm_mb(daemon))
