@@ -15,8 +15,11 @@ telemetry between the first collected step and the end of training.
     python benchmarks/bench_robot_training.py --seeds 0 \
         --link "{delay_ms: 50, jitter_ms: 2, mbit: 20}" --out benchmarks/results/reach_franky_sim_link.json
     # from pixels: the goal is only in the front camera's frames
-    python benchmarks/bench_robot_training.py --pixels --seeds 0 --target 0.8 --max-steps 12000 \
+    python benchmarks/bench_robot_training.py --pixels --seeds 0 --target 0.9 --max-steps 12000 \
         --out benchmarks/results/reach_franky_sim_pixels.json
+    # one more seed into the same file (``--append`` keeps the other seeds' runs)
+    python benchmarks/bench_robot_training.py --pixels --seeds 1 --target 0.9 --max-steps 12000 \
+        --out benchmarks/results/reach_franky_sim_pixels.json --append
 
 ``--pixels``: franky-sim's calibration scene serves its front camera (320x240, 10 frames/s)
 through the edge daemon; the reach goal (a plane of 20 x 14 cm facing the camera) is drawn
@@ -139,9 +142,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "reach_franky_sim.json"))
     ap.add_argument("--pixels", action="store_true", help="the goal shown in the front camera only")
     ap.add_argument("--link", help="emulated edge link, e.g. '{delay_ms: 50, jitter_ms: 2, mbit: 20}' (each direction)")
+    ap.add_argument("--append", action="store_true", help="keep the results file's runs of other seeds")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="reach-bench-"))
     runs = [run_seed(s, args.hz, args.target, args.max_steps, work, args.link, args.pixels) for s in args.seeds]
+    if args.append and Path(args.out).exists():
+        kept = [r for r in json.loads(Path(args.out).read_text())["runs"] if r["seed"] not in args.seeds]
+        runs = sorted(kept + runs, key=lambda r: r["seed"])
     reached = [r for r in runs if r["reached"]]
     result = {
         "task": ("reach (goal plane 20 x 14 cm, 3 cm) on franky-sim through rlinf-user edge, SAC, from the front "
