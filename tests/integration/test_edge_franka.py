@@ -244,7 +244,9 @@ def test_a_commanded_square_is_drawn_at_its_size(edge):
         c.close()
     p = np.asarray(path)
     extent = np.ptp(p, axis=0)
-    assert 0.09 < extent[0] < 0.11 and 0.09 < extent[1] < 0.11, extent
+    # 10 cm, not the 2-3 cm of measured-pose targets; franky-sim falling behind real time on
+    # busy cores has overshot a corner by 1.5 mm
+    assert 0.09 < extent[0] < 0.115 and 0.09 < extent[1] < 0.115, extent
     assert min(speeds) > 0.85, speeds  # share of each commanded step covered, steady state
     # closes the square, no sag left (measured-pose targets: 14 mm off, z sinking 3.4 mm a
     # lap); the bounds leave room for franky-sim falling behind real time on busy cores

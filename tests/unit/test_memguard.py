@@ -1,45 +1,56 @@
-"""The ingress guard's attribution, in-process over real TCP sockets: a connection whose
-received bytes the process holds on to is cut at any rate; a connection that only talks
-while the process grows on its own is not."""
+"""The ingress guard's attribution over real TCP sockets, in a fresh process of its own (as
+the daemon's network process is; a long-lived test process reuses freed heap and would not
+grow): a connection whose received bytes the process holds on to is cut at any rate; a
+connection that only talks while the process grows on its own is not."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import socket
 import threading
 import time
 
 import pytest
 
-from rlinf_user.edge.memguard import IngressGuard
-
 MB = 2**20
 
 
-class Server:
-    """Accepts connections on a real port; ``hoard`` keeps every byte received (as libzmq
-    keeps the frames of an unfinished message), else bytes are read and dropped."""
+def _serve(hoard: bool, own_mb_per_s: float, out) -> None:
+    """One connection on a fresh port, guarded with a 32 MB budget. ``hoard`` keeps every
+    byte received (as libzmq keeps the frames of an unfinished message), else bytes are read
+    and dropped; ``own_mb_per_s`` grows the process on its own meanwhile (4 MB at a time)."""
+    from rlinf_user.edge.memguard import IngressGuard
 
-    def __init__(self, hoard: bool):
-        self.hoard, self.held, self.closed_by_peer = hoard, [], threading.Event()
-        self.lsock = socket.socket()
-        self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen()
-        self.port = self.lsock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen()
+    guard = IngressGuard(32 * MB, lsock.getsockname()[1])
+    guard.start()
+    start = guard.baseline
+    time.sleep(0.3)  # a few samples of the quiet process
+    out.put(lsock.getsockname()[1])
+    conn, _ = lsock.accept()
+    held, own, done = [], [], threading.Event()
 
-    def _serve(self) -> None:
-        conn, _ = self.lsock.accept()
-        with conn:
-            while True:
-                try:
-                    data = conn.recv(1 << 20)
-                except OSError:
-                    data = b""
-                if not data:
-                    self.closed_by_peer.set()
-                    return
-                if self.hoard:
-                    self.held.append(data)
+    def grow() -> None:
+        while own_mb_per_s and not done.wait(4 / own_mb_per_s):
+            own.append(b"\x02" * (4 * MB))
+
+    threading.Thread(target=grow, daemon=True).start()
+    with conn:
+        while True:
+            try:
+                data = conn.recv(1 << 20)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            if hoard:
+                held.append(data)
+    done.set()
+    time.sleep(0.1)
+    guard.stop()
+    out.put({"cut": guard.cut, "baseline_rise_mb": (guard.baseline - start) / MB, "own_mb": 4 * len(own)})
 
 
 def _send(port: int, total_mb: int, mb_per_s: float) -> int:
@@ -58,44 +69,28 @@ def _send(port: int, total_mb: int, mb_per_s: float) -> int:
     return sent
 
 
-@pytest.fixture
-def guard_for():
-    guards = []
-
-    def make(port: int) -> IngressGuard:
-        g = IngressGuard(32 * MB, port)
-        g.start()
-        guards.append(g)
-        time.sleep(0.3)  # a few samples of the quiet process
-        return g
-
-    yield make
-    for g in guards:
-        g.stop()
+def _session(hoard: bool, own_mb_per_s: float, total_mb: int, mb_per_s: float) -> tuple[int, dict]:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_serve, args=(hoard, own_mb_per_s, out), daemon=True)
+    proc.start()
+    try:
+        sent = _send(out.get(timeout=120), total_mb, mb_per_s)
+        return sent, out.get(timeout=60)
+    finally:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
 
 
 @pytest.mark.parametrize("mb_per_s", [400, 25])
-def test_a_connection_whose_bytes_the_process_holds_is_cut_at_any_rate(guard_for, mb_per_s):
-    srv = Server(hoard=True)
-    guard = guard_for(srv.port)
-    sent = _send(srv.port, 200, mb_per_s)
-    assert sent < 200 and guard.cut == 1
-    assert srv.closed_by_peer.wait(5)
-    assert sum(map(len, srv.held)) < 200 * MB
+def test_a_connection_whose_bytes_the_process_holds_is_cut_at_any_rate(mb_per_s):
+    sent, got = _session(hoard=True, own_mb_per_s=0, total_mb=200, mb_per_s=mb_per_s)
+    assert sent < 200 and got["cut"] == 1, (sent, got)
 
 
-def test_a_talking_client_is_not_cut_when_the_process_grows_on_its_own(guard_for):
-    srv = Server(hoard=False)
-    guard = guard_for(srv.port)
-    start = guard.baseline
-    own: list[bytes] = []
-    sender = threading.Thread(target=_send, args=(srv.port, 30, 10))  # 30 MB read and dropped
-    sender.start()
-    for _ in range(24):  # 96 MB of the process's own, over the same 3 s
-        own.append(b"\x02" * (4 * MB))
-        time.sleep(0.125)
-    sender.join()
-    time.sleep(0.1)
-    assert guard.cut == 0
-    assert guard.baseline - start > 32 * MB  # the growth was seen, and taken as the process's own
-    assert len(own) == 24
+def test_a_talking_client_is_not_cut_when_the_process_grows_on_its_own():
+    # 30 MB read and dropped over 3 s while the process itself grows by 32 MB a second
+    sent, got = _session(hoard=False, own_mb_per_s=32, total_mb=30, mb_per_s=10)
+    assert sent == 30 and got["cut"] == 0, (sent, got)
+    assert got["own_mb"] >= 64 and got["baseline_rise_mb"] > 32, got  # seen, and taken as the process's own
