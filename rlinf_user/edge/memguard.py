@@ -8,12 +8,12 @@ process's resident memory every ``interval_s`` (5 ms) and, every ``sample_s``, e
 connection's received-byte count from the kernel (``TCP_INFO``), keeping ``history_s`` of
 those samples. When memory has grown past ``budget_bytes`` over its baseline, the growth is
 attributed from the last sample at which memory was still near the baseline (the oldest
-kept, if memory has been high for longer): the connection that received the most bytes
-since then is shut down (libzmq then drops that peer's unfinished message and frees it),
-provided those bytes account for 3/4 of the growth (a hoarded message accounts
-for all of it). Otherwise the growth is the
-process's own and the baseline rises. A flood is caught at any rate this way, a slow one
-included; nothing here touches libzmq's own state.
+kept, if memory has been high for longer). If the bytes the connections received since then
+account for 3/4 of the growth (a hoarded message accounts for all of it), the connection that
+received the most is shut down (libzmq then drops that peer's unfinished message and frees
+it), and the next check takes the next one while memory stays high, so a flood split over
+several connections is cut too. Otherwise the growth is the process's own and the baseline
+rises. A flood is caught at any rate this way; nothing here touches libzmq's own state.
 """
 
 from __future__ import annotations
@@ -106,14 +106,15 @@ class IngressGuard(threading.Thread):
         return self._history[0] if self._history else (self.baseline, {})
 
     def _cut_top_grower(self, rss: int) -> None:
-        """Only a client connection whose bytes since the reference account for 3/4 of the
-        memory growth is cut; growth from anything else (the process's own
+        """The top client connection is cut when the connections' bytes since the reference
+        account for 3/4 of the memory growth; growth from anything else (the process's own
         allocations) raises the baseline instead."""
         ref_rss, ref = self._reference()
         current = tcp_connections(self.port)
         growth = {key: n - ref.get(key, 0) for key, n in current.items()}
         key = max(growth, key=growth.get) if growth else None
-        if key is None or growth[key] < 3 * max(rss - ref_rss, self.budget // 8) // 4:
+        received = sum(max(0, n) for n in growth.values())
+        if key is None or received < 3 * max(rss - ref_rss, self.budget // 8) // 4:
             log.info("memory grew %.0f MB over the baseline, not by a client's message: new baseline",
                      (rss - self.baseline) / 2**20)  # fmt: skip
             self.baseline = rss
@@ -131,6 +132,6 @@ class IngressGuard(threading.Thread):
             log.warning("could not drop connection fd %d: %s", key[0], err)
         time.sleep(0.05)  # let libzmq's I/O thread release it
         _trim()
-        # what stays is not a peer's
-        self.baseline = max(self.baseline, rss_bytes() - self.budget // 2)
-        self._history.append((rss_bytes(), tcp_connections(self.port)))
+        after = rss_bytes()
+        self.baseline = max(self.baseline, after - self.budget // 2)  # what stays is not a peer's
+        self._history.append((after, tcp_connections(self.port)))

@@ -15,10 +15,10 @@ import pytest
 MB = 2**20
 
 
-def _serve(hoard: bool, own_mb_per_s: float, out) -> None:
-    """One connection on a fresh port, guarded with a 32 MB budget. ``hoard`` keeps every
-    byte received (as libzmq keeps the frames of an unfinished message), else bytes are read
-    and dropped; ``own_mb_per_s`` grows the process on its own meanwhile (4 MB at a time)."""
+def _serve(hoard: bool, own_mb_per_s: float, conns: int, out) -> None:
+    """``conns`` connections on a fresh port, guarded with a 32 MB budget. ``hoard`` keeps
+    every byte received (as libzmq keeps the frames of an unfinished message), else bytes are
+    read and dropped; ``own_mb_per_s`` grows the process on its own meanwhile (4 MB at a time)."""
     from rlinf_user.edge.memguard import IngressGuard
 
     lsock = socket.socket()
@@ -29,24 +29,30 @@ def _serve(hoard: bool, own_mb_per_s: float, out) -> None:
     start = guard.baseline
     time.sleep(0.3)  # a few samples of the quiet process
     out.put(lsock.getsockname()[1])
-    conn, _ = lsock.accept()
     held, own, done = [], [], threading.Event()
 
     def grow() -> None:
         while own_mb_per_s and not done.wait(4 / own_mb_per_s):
             own.append(b"\x02" * (4 * MB))
 
+    def read(conn: socket.socket) -> None:
+        with conn:
+            while True:
+                try:
+                    data = conn.recv(1 << 20)
+                except OSError:
+                    data = b""
+                if not data:
+                    return
+                if hoard:
+                    held.append(data)
+
     threading.Thread(target=grow, daemon=True).start()
-    with conn:
-        while True:
-            try:
-                data = conn.recv(1 << 20)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            if hoard:
-                held.append(data)
+    readers = [threading.Thread(target=read, args=(lsock.accept()[0],)) for _ in range(conns)]
+    for r in readers:
+        r.start()
+    for r in readers:
+        r.join()
     done.set()
     time.sleep(0.1)
     guard.stop()
@@ -69,13 +75,25 @@ def _send(port: int, total_mb: int, mb_per_s: float) -> int:
     return sent
 
 
-def _session(hoard: bool, own_mb_per_s: float, total_mb: int, mb_per_s: float) -> tuple[int, dict]:
+def _session(hoard: bool, own_mb_per_s: float, total_mb: int, mb_per_s: float, conns: int = 1):
+    """Each of ``conns`` senders sends ``total_mb`` at ``mb_per_s``; MB sent by each, and
+    what the guarded process reported."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    proc = ctx.Process(target=_serve, args=(hoard, own_mb_per_s, out), daemon=True)
+    proc = ctx.Process(target=_serve, args=(hoard, own_mb_per_s, conns, out), daemon=True)
     proc.start()
     try:
-        sent = _send(out.get(timeout=120), total_mb, mb_per_s)
+        port = out.get(timeout=120)
+        sent = [0] * conns
+
+        def send(i: int) -> None:
+            sent[i] = _send(port, total_mb, mb_per_s)
+
+        senders = [threading.Thread(target=send, args=(i,)) for i in range(conns)]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join()
         return sent, out.get(timeout=60)
     finally:
         proc.join(5)
@@ -86,11 +104,17 @@ def _session(hoard: bool, own_mb_per_s: float, total_mb: int, mb_per_s: float) -
 @pytest.mark.parametrize("mb_per_s", [400, 25])
 def test_a_connection_whose_bytes_the_process_holds_is_cut_at_any_rate(mb_per_s):
     sent, got = _session(hoard=True, own_mb_per_s=0, total_mb=200, mb_per_s=mb_per_s)
-    assert sent < 200 and got["cut"] == 1, (sent, got)
+    assert sent[0] < 200 and got["cut"] == 1, (sent, got)
+
+
+def test_a_flood_split_over_three_connections_is_cut_on_each():
+    """No one connection holds 3/4 of the growth; together they hold all of it."""
+    sent, got = _session(hoard=True, own_mb_per_s=0, total_mb=100, mb_per_s=10, conns=3)
+    assert max(sent) < 100 and got["cut"] == 3, (sent, got)
 
 
 def test_a_talking_client_is_not_cut_when_the_process_grows_on_its_own():
     # 30 MB read and dropped over 3 s while the process itself grows by 32 MB a second
     sent, got = _session(hoard=False, own_mb_per_s=32, total_mb=30, mb_per_s=10)
-    assert sent == 30 and got["cut"] == 0, (sent, got)
+    assert sent == [30] and got["cut"] == 0, (sent, got)
     assert got["own_mb"] >= 64 and got["baseline_rise_mb"] > 32, got  # seen, and taken as the process's own
