@@ -194,6 +194,24 @@ def replot(name: str, target: float) -> None:
     plot(data["runs"], RESULTS / f"{name}_curve.png", target)
 
 
+def write(path: Path, rows: list[dict], args) -> None:
+    out = {
+        "task": "gym_hil PandaPickCube, random block position (20 x 30 cm), sparse reward, "
+                + ("front + wrist cameras 128x128 and arm state (frozen EfficientNet-Lite0 features)"
+                   if args.sim == "gym_hil_pixels" else "state observations"),
+        "sim": args.sim,
+        "machine": describe(),
+        "target_success": args.target,
+        "eval_episodes": args.eval_episodes,
+        "demo_episodes": DEMO_EPISODES,
+        "date": time.strftime("%Y-%m-%d"),
+        "runs": rows,
+    }  # fmt: skip
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(out, indent=2))
+    tmp.replace(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -214,28 +232,18 @@ def main() -> None:
         return replot(args.name, args.target)
     RESULTS.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-pick-random-"))
-    rows = []
+    path = RESULTS / f"{args.name}.json"
+    kept = json.loads(path.read_text())["runs"] if args.append and path.exists() else []
+    rows: list[dict] = []
     for seed in args.seeds:
         demos = work / f"demos_s{seed}"
         demo_steps = record_demos(demos, seed) if any("{demos}" in " ".join(VARIANTS[v]) for v in args.variants) else 0
-        rows += [run_variant(v, seed, args, work, demos, demo_steps) for v in args.variants]
-    path = RESULTS / f"{args.name}.json"
-    if args.append and path.exists():
-        new = {(r["variant"], r["seed"]) for r in rows}
-        rows = [r for r in json.loads(path.read_text())["runs"] if (r["variant"], r["seed"]) not in new] + rows
-    out = {
-        "task": "gym_hil PandaPickCube, random block position (20 x 30 cm), sparse reward, "
-                + ("front + wrist cameras 128x128 and arm state (frozen EfficientNet-Lite0 features)"
-                   if args.sim == "gym_hil_pixels" else "state observations"),
-        "sim": args.sim,
-        "machine": describe(),
-        "target_success": args.target,
-        "eval_episodes": args.eval_episodes,
-        "demo_episodes": DEMO_EPISODES,
-        "date": time.strftime("%Y-%m-%d"),
-        "runs": rows,
-    }
-    path.write_text(json.dumps(out, indent=2))
+        for v in args.variants:
+            rows.append(run_variant(v, seed, args, work, demos, demo_steps))
+            # written after every run: a long sweep that is stopped keeps the runs it finished
+            new = {(r["variant"], r["seed"]) for r in rows}
+            write(path, [r for r in kept if (r["variant"], r["seed"]) not in new] + rows, args)
+    rows = [r for r in kept if (r["variant"], r["seed"]) not in {(r["variant"], r["seed"]) for r in rows}] + rows
     plot(rows, RESULTS / f"{args.name}_curve.png", args.target)
     for r in rows:
         print(f"{r['variant']:<12} seed {r['seed']}: to {args.target:.0%}: {r['env_steps_to_target']} steps / "
