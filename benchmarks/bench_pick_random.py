@@ -188,10 +188,32 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
     fig.savefig(path, dpi=110)
 
 
+def table(rows: list[dict], target: float) -> str:
+    """One markdown row per variant, over its seeds: how many reached the target, the median
+    env steps and minutes of those that did, the best and the last evaluation, the person's share."""
+    out = [f"| variant | seeds at >= {target:.0%} | env steps to it (median; each seed) | wall-clock (median) "
+           "| best evaluation (each seed) | last policy (each seed) | person's share (mean) |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        runs = sorted((r for r in rows if r["variant"] == variant), key=lambda r: r["seed"])
+        hit = [r for r in runs if r["reached_target"]]
+        steps = ", ".join(f"{r['env_steps_to_target']:,}" if r["reached_target"] else f"not in {r['env_steps']:,}"
+                          for r in runs)  # fmt: skip
+        med_steps = f"{int(np.median([r['env_steps_to_target'] for r in hit])):,}" if len(hit) * 2 > len(runs) else "-"
+        med_min = f"{np.median([r['minutes_to_target'] for r in hit]):.1f} min" if len(hit) * 2 > len(runs) else "-"
+        best = ", ".join(f"{r['best_eval_success']:.0%}" for r in runs)
+        last = ", ".join(f"{r['history'][-1]['success_rate']:.0%}" for r in runs)
+        share = np.mean([r["human_share"] for r in runs])
+        out.append(f"| {variant} | {len(hit)}/{len(runs)} | {med_steps} ({steps}) | {med_min} | {best} | {last} "
+                   f"| {share:.1%} |")  # fmt: skip
+    return "\n".join(out)
+
+
 def replot(name: str, target: float) -> None:
     data = json.loads((RESULTS / f"{name}.json").read_text())
     SIM[0] = data.get("sim", SIM[0])
     plot(data["runs"], RESULTS / f"{name}_curve.png", target)
+    print(table(data["runs"], target))
 
 
 def write(path: Path, rows: list[dict], args) -> None:
@@ -245,6 +267,7 @@ def main() -> None:
             write(path, [r for r in kept if (r["variant"], r["seed"]) not in new] + rows, args)
     rows = [r for r in kept if (r["variant"], r["seed"]) not in {(r["variant"], r["seed"]) for r in rows}] + rows
     plot(rows, RESULTS / f"{args.name}_curve.png", args.target)
+    print(table(rows, args.target))
     for r in rows:
         print(f"{r['variant']:<12} seed {r['seed']}: to {args.target:.0%}: {r['env_steps_to_target']} steps / "
               f"{r['minutes_to_target']} min; best {r['best_eval_success']:.0%}; human share {r['human_share']:.1%} "
