@@ -9,7 +9,8 @@ steps). Writes ``results/<name>.json`` and ``results/<name>_curve.png`` (success
 env steps and against wall-clock, mean and range over seeds).
 
     python benchmarks/bench_pick_random.py --seeds 0 1 2 --variants recipe
-    python benchmarks/bench_pick_random.py --seeds 0 --variants one_step no_bc sac --append
+    python benchmarks/bench_pick_random.py --name pick_random_variants --seeds 0 1 2 --max-steps 10000 \
+        --minutes 5 --variants recipe crossq utd2 ten_critics one_step no_bc sac
     python benchmarks/bench_pick_random.py --sim gym_hil_pixels --seeds 0 --target 0.8 \
         --eval-episodes 20 --eval-every 4000 --final-eval 50 --name pick_pixels
 
@@ -146,6 +147,11 @@ def run_variant(name: str, seed: int, args, work: Path, demos: Path, demo_steps:
     }
 
 
+def variants_of(rows: list[dict]) -> list[str]:
+    """The variants present, in VARIANTS' order (the recipe first)."""
+    return [v for v in VARIANTS if any(r["variant"] == v for r in rows)]
+
+
 def plot(rows: list[dict], path: Path, target: float) -> None:
     import matplotlib
 
@@ -153,7 +159,7 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_s, ax_t) = plt.subplots(1, 2, figsize=(11, 4))
-    for i, variant in enumerate(dict.fromkeys(r["variant"] for r in rows)):
+    for i, variant in enumerate(variants_of(rows)):
         runs = [r for r in rows if r["variant"] == variant]
         colour = f"C{i}"
         for key, ax, scale in (("env_steps", ax_s, 1e-3), ("wall_seconds", ax_t, 1 / 60)):
@@ -191,16 +197,19 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
 def table(rows: list[dict], target: float) -> str:
     """One markdown row per variant, over its seeds: how many reached the target, the median
     env steps and minutes of those that did, the best and the last evaluation, the person's share."""
-    out = [f"| variant | seeds at >= {target:.0%} | env steps to it (median; each seed) | wall-clock (median) "
+    out = [f"| variant | seeds at >= {target:.0%} | env steps to it (median of all seeds; each seed) | wall-clock (median) "
            "| best evaluation (each seed) | last policy (each seed) | person's share (mean) |",
            "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for variant in dict.fromkeys(r["variant"] for r in rows):
+    for variant in variants_of(rows):
         runs = sorted((r for r in rows if r["variant"] == variant), key=lambda r: r["seed"])
         hit = [r for r in runs if r["reached_target"]]
         steps = ", ".join(f"{r['env_steps_to_target']:,}" if r["reached_target"] else f"not in {r['env_steps']:,}"
                           for r in runs)  # fmt: skip
-        med_steps = f"{int(np.median([r['env_steps_to_target'] for r in hit])):,}" if len(hit) * 2 > len(runs) else "-"
-        med_min = f"{np.median([r['minutes_to_target'] for r in hit]):.1f} min" if len(hit) * 2 > len(runs) else "-"
+        # medians over all seeds, a seed that never reached the target counting as never
+        med = {k: np.median([r[k] if r["reached_target"] else np.inf for r in runs])
+               for k in ("env_steps_to_target", "minutes_to_target")}  # fmt: skip
+        med_steps = f"{int(med['env_steps_to_target']):,}" if np.isfinite(med["env_steps_to_target"]) else "-"
+        med_min = f"{med['minutes_to_target']:.1f} min" if np.isfinite(med["minutes_to_target"]) else "-"
         best = ", ".join(f"{r['best_eval_success']:.0%}" for r in runs)
         last = ", ".join(f"{r['history'][-1]['success_rate']:.0%}" for r in runs)
         share = np.mean([r["human_share"] for r in runs])
