@@ -196,7 +196,8 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
 
 def table(rows: list[dict], target: float) -> str:
     """One markdown row per variant, over its seeds: how many reached the target, the median
-    env steps and minutes of those that did, the best and the last evaluation, the person's share."""
+    env steps and minutes to it (a seed that missed it counts as never), the best and the last
+    evaluation, the person's share."""
     out = [f"| variant | seeds at >= {target:.0%} | env steps to it (median of all seeds; each seed) | wall-clock (median) "
            "| best evaluation (each seed) | last policy (each seed) | person's share (mean) |",
            "|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -264,17 +265,14 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-pick-random-"))
     path = RESULTS / f"{args.name}.json"
-    kept = json.loads(path.read_text())["runs"] if args.append and path.exists() else []
-    rows: list[dict] = []
+    rows = json.loads(path.read_text())["runs"] if args.append and path.exists() else []
     for seed in args.seeds:
         demos = work / f"demos_s{seed}"
         demo_steps = record_demos(demos, seed) if any("{demos}" in " ".join(VARIANTS[v]) for v in args.variants) else 0
         for v in args.variants:
-            rows.append(run_variant(v, seed, args, work, demos, demo_steps))
-            # written after every run: a long sweep that is stopped keeps the runs it finished
-            new = {(r["variant"], r["seed"]) for r in rows}
-            write(path, [r for r in kept if (r["variant"], r["seed"]) not in new] + rows, args)
-    rows = [r for r in kept if (r["variant"], r["seed"]) not in {(r["variant"], r["seed"]) for r in rows}] + rows
+            run = run_variant(v, seed, args, work, demos, demo_steps)
+            rows = [r for r in rows if (r["variant"], r["seed"]) != (v, seed)] + [run]  # a rerun replaces its row
+            write(path, rows, args)  # after every run: a sweep that is stopped keeps the runs it finished
     plot(rows, RESULTS / f"{args.name}_curve.png", args.target)
     print(table(rows, args.target))
     for r in rows:
