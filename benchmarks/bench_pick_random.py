@@ -62,6 +62,12 @@ VARIANTS: dict[str, list[str]] = {
     # style); its steps are drawn on the demo side of each batch and pull the actor (bc_weight)
     "supervisor": ["algo=rlpd", "algo.bc_warmup_updates=0", "algo.critic_warmup_updates=0",
                    "intervention.enabled=true", "intervention.synthetic_human=true"],  # fmt: skip
+    # ... the same supervisor, more patient: it waits 2 s (20 steps) without progress, not 0.5 s
+    "supervisor_patient": ["algo=rlpd", "algo.bc_warmup_updates=0", "algo.critic_warmup_updates=0",
+                           "intervention.enabled=true", "intervention.synthetic_human=true",
+                           "intervention.patience=20"],  # fmt: skip
+    # HIL-SERL's recipe: the demonstrations first, the supervisor's take-overs on top
+    "demos_supervisor": [*RECIPE, "intervention.enabled=true", "intervention.synthetic_human=true"],
     "sac": ["algo=sac"],  # from scratch: no demonstrations, no supervisor
 }
 

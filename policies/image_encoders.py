@@ -157,6 +157,27 @@ class PretrainedImageEncoder(nn.Module):
             out = self.net(x)
         return out.half().float() if self.round_features else out
 
+    def with_maps(self, *observations: dict) -> tuple[dict, ...]:
+        """The observations with each camera's frozen-backbone map in ``obs["features"]``
+        (what :meth:`camera_map` reads first), computed in one backbone pass per frame size
+        over all of them. One SAC update reads its observation and the next one through the
+        critics', the target's and the actor's encoders: a frozen backbone's map is the same
+        for each, so it is computed once rather than once per reader. A fine-tuned backbone
+        (whose maps carry gradients) and maps the observations already carry are left as they are."""
+        if self.finetune or not observations:
+            return observations
+        missing = [n for n in self.cameras if any(n not in (o.get("features") or {}) for o in observations)]
+        groups: dict[tuple, list[str]] = {}
+        for name in missing:
+            groups.setdefault(tuple(observations[0]["images"][name].shape[1:]), []).append(name)
+        out = [{**o, "features": dict(o.get("features") or {})} for o in observations]
+        for names in groups.values():
+            frames = [o["images"][n] for n in names for o in observations]
+            maps = self.features(torch.cat(frames)).split([len(f) for f in frames])
+            for i, m in enumerate(maps):
+                out[i % len(observations)]["features"][names[i // len(observations)]] = m
+        return tuple(out)
+
     def camera_map(self, obs: dict[str, torch.Tensor], name: str) -> torch.Tensor:
         """The camera's feature map: the one the observation carries (computed where the
         frame was produced), else the backbone's on its frame."""

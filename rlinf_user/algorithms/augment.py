@@ -16,13 +16,16 @@ def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
     b, h, w, c = images.shape
     x = images.permute(0, 3, 1, 2).float()
     x = F.pad(x, (pad, pad, pad, pad), mode="replicate")
-    eps = 1.0 / (h + 2 * pad)
-    arange = torch.linspace(-1.0 + eps, 1.0 - eps, h + 2 * pad, device=x.device)[:h]
-    arange = arange.unsqueeze(0).repeat(h, 1).unsqueeze(2)
-    base = torch.cat([arange, arange.transpose(1, 0)], dim=2).unsqueeze(0).repeat(b, 1, 1, 1)
-    shift = torch.randint(0, 2 * pad + 1, (b, 1, 1, 2), device=x.device).float() * (
-        2.0 / (h + 2 * pad)
-    )
+
+    def coords(n: int) -> torch.Tensor:  # the first n sample points of the padded axis, in [-1, 1]
+        eps = 1.0 / (n + 2 * pad)
+        return torch.linspace(-1.0 + eps, 1.0 - eps, n + 2 * pad, device=x.device)[:n]
+
+    # grid[..., 0] is x (along the width), grid[..., 1] is y: each axis its own length, so a
+    # frame that is not square keeps its shape
+    base = torch.stack([coords(w).expand(h, w), coords(h).unsqueeze(1).expand(h, w)], dim=-1).unsqueeze(0)
+    step = torch.tensor([2.0 / (w + 2 * pad), 2.0 / (h + 2 * pad)], device=x.device)
+    shift = torch.randint(0, 2 * pad + 1, (b, 1, 1, 2), device=x.device).float() * step
     out = F.grid_sample(x, base + shift, padding_mode="zeros", align_corners=False)
     out = out.permute(0, 2, 3, 1)
     return out.round().clamp(0, 255).to(images.dtype) if images.dtype == torch.uint8 else out

@@ -146,7 +146,8 @@ class SAC(Algorithm):
 
     def _actor_loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict]:
         if self.shared_encoder:
-            feats = actor_feats = self.policy.encoder(batch["obs"]).detach()
+            with torch.no_grad():  # the actor sees the critics' encoder detached: no graph to build
+                feats = actor_feats = self.policy.encoder(batch["obs"])
         else:  # the actor's encoder learns from the actor loss; the critics judge on their own
             actor_feats = self.policy.encoder(batch["obs"])
             with torch.no_grad():
@@ -203,11 +204,12 @@ class SAC(Algorithm):
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One critic update (and an actor/temperature update every ``actor_update_every``)."""
-        batch = {
-            **batch,
-            "obs": augment_obs(batch["obs"], self.cfg.drq_pad),
-            "next_obs": augment_obs(batch["next_obs"], self.cfg.drq_pad),
-        }
+        obs = augment_obs(batch["obs"], self.cfg.drq_pad)
+        next_obs = augment_obs(batch["next_obs"], self.cfg.drq_pad)
+        with_maps = getattr(self.policy.encoder, "with_maps", None)
+        if with_maps is not None:  # a frozen backbone runs once per update, not once per encoder that reads it
+            obs, next_obs = with_maps(obs, next_obs)
+        batch = {**batch, "obs": obs, "next_obs": next_obs}
         critic_loss, metrics = self._critic_loss(batch)
         self.critic_opt.zero_grad(set_to_none=True)
         self.backward(critic_loss, self.critic_opt)

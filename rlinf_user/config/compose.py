@@ -164,6 +164,9 @@ def validate(cfg: DictConfig) -> None:
         cfg.env.backend == "gym_hil" and "PickCube" in str(cfg.env.task)
     ):
         raise ConfigError("intervention.synthetic_human=true drives gym_hil's PandaPickCube only")
+    for key in ("patience", "min_control"):
+        if iv is not None and iv.synthetic_human and int(iv.get(key, 1)) < 1:
+            raise ConfigError(f"intervention.{key}={iv.get(key)}: the scripted supervisor's {key} is a step count >= 1")
     from rlinf_user.policies.encoders import encoder_kind
 
     encoder = encoder_kind(cfg.policy)

@@ -262,6 +262,10 @@ class InterventionConfig:
     to_demos: bool = True  # intervention steps also feed the demo side of each batch
     # a scripted supervisor on a simulated SpaceMouse instead of a person (gym_hil pick)
     synthetic_human: bool = False
+    # the scripted supervisor's temper: it takes over after `patience` steps in a row
+    # without progress and keeps control `min_control` steps before handing back
+    patience: int = 5
+    min_control: int = 8
 
 
 @dataclass

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from rlinf_user.algorithms.base import ALGORITHMS, ON_POLICY, build_algorithm
-from rlinf_user.env.spec import Col, EnvSpec, columns_to_torch
+from rlinf_user.env.spec import Col, EnvSpec
+from rlinf_user.runtime.device_batches import device_batches, replay_batch
 from rlinf_user.runtime.ordered_sink import SenderOrder
 
 log = logging.getLogger(__name__)
@@ -39,13 +40,6 @@ def resolve_device(name: str, role: str = "learner") -> torch.device:
 
 def as_spec(spec) -> EnvSpec:
     return spec if isinstance(spec, EnvSpec) else EnvSpec.from_dict(spec)
-
-
-def replay_batch(flat: dict[str, np.ndarray], spec: EnvSpec, device) -> dict[str, Any]:
-    """Replay columns -> the nested tensors an algorithm takes, actions over the active dims."""
-    if Col.ACTION in flat:
-        flat = {**flat, Col.ACTION: spec.policy_action(flat[Col.ACTION])}
-    return columns_to_torch(flat, device)
 
 
 class Learner:
@@ -248,8 +242,8 @@ class Learner:
         if self.dp is not None:  # the replicas update on their shards alongside
             refs, batches = self.dp.start_replay(batches)
         with self.lock:
-            for b in batches:
-                metrics.update(self.algo.update(replay_batch(b, self.spec, self.device)))
+            for batch in device_batches(batches, self.spec, self.device):
+                metrics.update(self.algo.update(batch))
                 self.algo.sync_buffers()
                 self.algo.check_finite(metrics)
                 if self.algo.num_updates % self.cfg.publish_every_updates == 0:

@@ -42,7 +42,8 @@ class Supervisor:
 
             device = SpaceMouse(QueueSource())
             expert = PickCubeExpert(env=env)
-            human = SyntheticHuman(SpaceMouseHand(device), expert, StallRule(expert.progress))
+            stall = StallRule(expert.progress, patience=int(iv.patience), min_control=int(iv.min_control))
+            human = SyntheticHuman(SpaceMouseHand(device), expert, stall)
             return cls(device, iv.ramp_steps, human)
         from rlinf_user.robots.teleop.factory import open_teleop
 

@@ -49,3 +49,16 @@ def test_intervention_config_errors_name_the_fix():
     cfg = compose_config(["intervention.enabled=true", "intervention.synthetic_human=true", "algo=rlpd"], sim="maniskill")
     with pytest.raises(ConfigError, match="PandaPickCube"):
         validate(cfg)
+    sup = ["intervention.enabled=true", "intervention.synthetic_human=true", "algo=rlpd"]
+    for bad in ("intervention.patience=0", "intervention.min_control=-2"):
+        with pytest.raises(ConfigError, match=bad.split("=")[0].replace(".", r"\.")):
+            validate(compose_config([*sup, bad], sim="gym_hil"))
+
+
+def test_the_scripted_supervisors_temper_comes_from_the_config():
+    from rlinf_user.teleop.supervisor import Supervisor
+
+    cfg = compose_config(["intervention.enabled=true", "intervention.synthetic_human=true", "algo=rlpd",
+                          "intervention.patience=20", "intervention.min_control=3"], sim="gym_hil")  # fmt: skip
+    stall = Supervisor.from_config(cfg).human.gate
+    assert (stall.patience, stall.min_control) == (20, 3)

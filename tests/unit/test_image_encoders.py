@@ -62,3 +62,47 @@ def test_weights_of_another_architecture_are_refused(tmp_path):
     torch.save({"conv1.weight": torch.zeros(64, 3, 7, 7)}, bad)
     with pytest.raises(ValueError, match="is not an EfficientNet-Lite0 state dict"):
         policy(f"policy.vision_weights={bad}")
+
+
+def sac_pair(*overrides):
+    """Two SAC learners from one seed over the frozen encoder, and an update's batch."""
+    from rlinf_user.algorithms.base import build_algorithm
+
+    cfg = compose_config(["policy=cnn", "policy.encoder=efficientnet", "algo=sac", "algo.actor_update_every=1",
+                          "algo.critic_warmup_updates=0", *overrides], sim="reach")  # fmt: skip
+    algos = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        algos.append(build_algorithm(cfg.algo, cfg.policy, spec()))
+    g = torch.Generator().manual_seed(3)
+    batch = {"obs": obs(4, seed=1), "next_obs": obs(4, seed=2), "action": torch.rand(4, 4, generator=g) * 2 - 1,
+             "reward": torch.rand(4, generator=g), "terminated": torch.zeros(4)}  # fmt: skip
+    return algos, batch
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_frozen_backbone_runs_once_per_update_and_learns_the_same(monkeypatch, shared):
+    """One SAC update reads its observation and the next through the critics', the
+    target's and the actor's encoders; a frozen backbone's maps are computed once per
+    frame size for all of them (two sizes here: two passes, not eight or more), and the
+    update is the one the per-encoder passes give."""
+    (fast, slow), batch = sac_pair(f"algo.shared_encoder={str(shared).lower()}")
+    calls = []
+    for algo in (fast, slow):
+        for enc in {id(e): e for e in (algo.policy.encoder, algo.critic_encoder, algo.target_encoder)}.values():
+            enc.net.register_forward_hook(lambda m, i, o: calls.append(len(i[0])))
+    torch.manual_seed(5)
+    got = fast.update(batch)
+    assert sorted(calls) == [8, 8], "one pass per frame size over obs and next_obs (4 rows each)"
+    calls.clear()
+    monkeypatch.setattr(type(slow.policy.encoder), "with_maps", lambda self, *o: o)
+    torch.manual_seed(5)
+    want = slow.update(batch)
+    assert len(calls) >= 8, "without the shared maps each encoder runs the backbone itself"
+    assert got.keys() == want.keys() and all(abs(got[k] - want[k]) <= 1e-5 * (1 + abs(want[k])) for k in got)
+    # the convolutions over 8 frames and over 4 round differently in the last bits; Adam's
+    # step (3e-4) turns that into at most a few 1e-5 on weights whose gradient is near 0
+    for (name, a), b in zip(fast.policy.state_dict().items(), slow.policy.state_dict().values(), strict=True):
+        assert torch.allclose(a, b, atol=1e-4), name
+    for a, b in zip(fast.critic.parameters(), slow.critic.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-4)

@@ -139,6 +139,23 @@ def test_random_shift_keeps_shape_and_moves_pixels():
     assert any(not torch.equal(out[i], img[i]) for i in range(8))
 
 
+@pytest.mark.parametrize("hw", [(16, 16), (12, 20), (20, 12)])
+def test_random_shift_is_an_integer_translation_of_the_padded_frame(hw):
+    """Each frame is its replicate-padded copy cropped at a random offset of up to pad
+    pixels per axis, square or not (a 4:3 camera keeps its shape)."""
+    h, w = hw
+    img = torch.randint(0, 255, (16, h, w, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(2)
+    out = random_shift(img, 3)
+    torch.manual_seed(2)
+    offset = torch.randint(0, 7, (16, 1, 1, 2))[:, 0, 0]  # the draw random_shift makes: (dx, dy) per frame
+    padded = torch.nn.functional.pad(img.permute(0, 3, 1, 2).float(), (3, 3, 3, 3), mode="replicate")
+    assert out.shape == img.shape
+    for i, (dx, dy) in enumerate(offset.tolist()):
+        assert torch.equal(out[i].permute(2, 0, 1).float(), padded[i, :, dy : dy + h, dx : dx + w])
+    assert len({tuple(o) for o in offset.tolist()}) > 1
+
+
 def test_ensemble_linear_members_independent():
     layer = EnsembleLinear(3, 4, 2)
     x = torch.randn(5, 4)
