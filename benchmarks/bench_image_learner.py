@@ -148,6 +148,10 @@ def main() -> None:
             "resnet10_frame_features": ["policy.encoder=resnet10", f"policy.vision_weights={r10}", "policy.frame_features=true"],
             "resnet10_finetuned": ["policy.encoder=resnet10", f"policy.vision_weights={r10}", "policy.encoder_finetune=true"],
         }  # fmt: skip
+        # the image trunk under bfloat16 autocast (policy.image_autocast): the cases that run one
+        for name in ("cnn_scratch", "efficientnet_frozen_frames", "efficientnet_finetuned", "resnet10_frozen_frames",
+                     "resnet10_finetuned"):  # fmt: skip
+            cases[f"{name}_bf16"] = [*cases[name], "policy.image_autocast=true"]
         chosen = list(cases) if args.cases == "all" else args.cases.split(",")
         rows = []
         for name in chosen:
@@ -156,12 +160,9 @@ def main() -> None:
             except Exception as err:  # noqa: BLE001 - one failing case (memory) must not lose the rest
                 print(json.dumps({"case": name, "error": f"{type(err).__name__}: {err}"[:300]}), flush=True)
                 rows.append({"case": name, "error": f"{type(err).__name__}: {str(err)[:300]}"})
-    device = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else f"CPU ({torch.get_num_threads()} threads)"
-    result = {
-        "benchmark": "image-SAC learner updates/s, batch 256, two cameras",
-        "image_size": args.size, "state_dim": STATE_DIM, "device": device, "torch": torch.__version__,
-        "replay_rows": args.rows, "cases": rows,
-    }  # fmt: skip
+            if args.out:  # after every case: a run stopped part-way keeps what it measured
+                Path(args.out).write_text(json.dumps(result(args, rows), indent=1) + "\n")
+    device = result(args, rows)["device"]
     print(f"\n{device}, {args.size}x{args.size} x2 cameras, batch 256")
     print(f"{'case':32s} {'updates/s':>10s} {'pipelined':>10s} {'median ms':>10s} {'p99 ms':>9s} {'sample+copy ms':>15s}")
     for r in rows:
@@ -171,8 +172,15 @@ def main() -> None:
             print(f"{r['case']:32s} {r['updates_per_s_median']:10.1f} {r['pipelined_updates_per_s_median']:10.1f} "
                   f"{r['update_ms_median']:10.2f} "
                   f"{r['update_ms_p99']:9.2f} {r['sample_and_copy_ms_median']:15.2f}")  # fmt: skip
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+
+
+def result(args, rows: list[dict]) -> dict:
+    device = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else f"CPU ({torch.get_num_threads()} threads)"
+    return {
+        "benchmark": "image-SAC learner updates/s, batch 256, two cameras",
+        "image_size": args.size, "state_dim": STATE_DIM, "device": device, "torch": torch.__version__,
+        "replay_rows": args.rows, "cases": rows,
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

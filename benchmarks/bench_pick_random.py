@@ -68,6 +68,8 @@ VARIANTS: dict[str, list[str]] = {
                            "intervention.patience=20"],  # fmt: skip
     # HIL-SERL's recipe: the demonstrations first, the supervisor's take-overs on top
     "demos_supervisor": [*RECIPE, "intervention.enabled=true", "intervention.synthetic_human=true"],
+    "demos_supervisor_patient": [*RECIPE, "intervention.enabled=true", "intervention.synthetic_human=true",
+                                 "intervention.patience=20"],  # fmt: skip
     "sac": ["algo=sac"],  # from scratch: no demonstrations, no supervisor
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -77,8 +78,10 @@ class ConvEncoder(nn.Module):
         cameras: dict[str, tuple[int, int]],
         channels: Sequence[int] = (32, 32, 32, 32),
         feature_dim: int = 64,
+        autocast: bool = False,
     ):
         super().__init__()
+        self.autocast = bool(autocast)
         self.norm = StateNormalizer(state_dim)
         if not cameras:
             raise ValueError("policy 'cnn' needs at least one camera (env.cameras=[...])")
@@ -105,8 +108,18 @@ class ConvEncoder(nn.Module):
         feats = [self.norm(obs["state"])]
         for name in self.cameras:
             img = obs["images"][name].permute(0, 3, 1, 2).float() / 255.0 - 0.5
-            feats.append(self.heads[name](self.trunks[name](img)))
+            with trunk_autocast(self.autocast, img):
+                trunk = self.trunks[name](img)
+            feats.append(self.heads[name](trunk.float()))
         return torch.cat(feats, dim=-1)
+
+
+def trunk_autocast(enabled: bool, x: torch.Tensor):
+    """bfloat16 autocast for an image trunk on a CUDA tensor (``policy.image_autocast``);
+    a no-op on a CPU, so a policy trained so acts the same way in float32 there."""
+    if enabled and x.is_cuda:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def encoder_kind(policy_cfg) -> str:
@@ -118,18 +131,20 @@ def encoder_kind(policy_cfg) -> str:
 def build_encoder(policy_cfg, spec) -> nn.Module:
     """The observation encoder for ``spec`` (:class:`rlinf_user.env.spec.EnvSpec`)."""
     kind = encoder_kind(policy_cfg)
+    get = policy_cfg.get if hasattr(policy_cfg, "get") else lambda k, d=None: getattr(policy_cfg, k, d)
     if kind == "mlp":
         return StateEncoder(spec.state_dim)
     if kind == "cnn":
-        return ConvEncoder(spec.state_dim, dict(spec.cameras), policy_cfg.encoder_channels, policy_cfg.image_feature_dim)
+        return ConvEncoder(spec.state_dim, dict(spec.cameras), policy_cfg.encoder_channels, policy_cfg.image_feature_dim,
+                           autocast=bool(get("image_autocast", False)))  # fmt: skip
     if kind in ("efficientnet", "resnet10"):
         from rlinf_user.policies.image_encoders import PretrainedImageEncoder
 
-        get = policy_cfg.get if hasattr(policy_cfg, "get") else lambda k, d=None: getattr(policy_cfg, k, d)
         return PretrainedImageEncoder(spec.state_dim, dict(spec.cameras), policy_cfg.image_feature_dim,
                                       bool(get("encoder_finetune", False)), get("vision_weights"),
                                       int(get("spatial_kernels", 8)), kind=kind,
-                                      round_features=bool(get("frame_features", False)))  # fmt: skip
+                                      round_features=bool(get("frame_features", False)),
+                                      autocast=bool(get("image_autocast", False)))  # fmt: skip
     raise ValueError(
         f"unknown encoder {kind!r} (policy {policy_cfg.name!r}); available: mlp, cnn, efficientnet, resnet10"
     )

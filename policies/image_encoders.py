@@ -27,7 +27,7 @@ import os
 import torch
 from torch import nn
 
-from rlinf_user.policies.encoders import StateNormalizer
+from rlinf_user.policies.encoders import StateNormalizer, trunk_autocast
 from rlinf_user.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -107,8 +107,9 @@ class SpatialEmbedding(nn.Module):
 class PretrainedImageEncoder(nn.Module):
     def __init__(self, state_dim: int, cameras: dict[str, tuple[int, int]], feature_dim: int = 64,
                  finetune: bool = False, weights: str | os.PathLike | None = None, kernels: int = 8,
-                 kind: str = "efficientnet", round_features: bool = False):  # fmt: skip
+                 kind: str = "efficientnet", round_features: bool = False, autocast: bool = False):  # fmt: skip
         super().__init__()
+        self.autocast = bool(autocast)  # bfloat16 backbone on a CUDA device (policy.image_autocast)
         if not cameras:
             raise ValueError(f"policy.encoder={kind} encodes camera frames: give the env cameras (env.cameras=[...])")
         self.norm = StateNormalizer(state_dim)
@@ -151,10 +152,11 @@ class PretrainedImageEncoder(nn.Module):
     def features(self, image: torch.Tensor) -> torch.Tensor:
         """uint8 (B, H, W, 3) -> the backbone's map (B, C, H/32, W/32)."""
         x = self.net.preprocess(image)
-        if self.finetune:
-            return self.net(x)
-        with torch.no_grad():
-            out = self.net(x)
+        with trunk_autocast(self.autocast, x):
+            if self.finetune:
+                return self.net(x).float()
+            with torch.no_grad():
+                out = self.net(x).float()
         return out.half().float() if self.round_features else out
 
     def with_maps(self, *observations: dict) -> tuple[dict, ...]:

@@ -76,6 +76,9 @@ class PolicyConfig:
     # a frozen pretrained encoder's maps computed where the frames are produced (env worker,
     # demo loading) and stored in place of the frames: the learner never runs the backbone
     frame_features: bool = False
+    # cnn / efficientnet / resnet10 on a CUDA device: the image trunk runs under bfloat16
+    # autocast (the heads, critics and actor stay float32); no effect on a CPU
+    image_autocast: bool = False
     spatial_kernels: int = 8
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     encoder_channels: list[int] = field(default_factory=lambda: [32, 32, 32, 32])

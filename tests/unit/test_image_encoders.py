@@ -106,3 +106,27 @@ def test_a_frozen_backbone_runs_once_per_update_and_learns_the_same(monkeypatch,
         assert torch.allclose(a, b, atol=1e-4), name
     for a, b in zip(fast.critic.parameters(), slow.critic.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("kind", ["cnn", "efficientnet"])
+def test_image_autocast_runs_the_trunk_in_bfloat16_on_a_gpu_only(device, kind):
+    """``policy.image_autocast``: on a GPU the trunk runs in bfloat16 and the features stay
+    float32 and close to the float32 trunk's; on a CPU it changes nothing."""
+    over = [] if kind == "cnn" else ["policy.encoder=efficientnet", "policy.encoder_finetune=true"]
+    cfg = compose_config(["policy=cnn", *over], sim="reach")
+    torch.manual_seed(0)
+    plain = build_policy(cfg.policy, spec()).to(device)
+    cast = build_policy(compose_config(["policy=cnn", *over, "policy.image_autocast=true"], sim="reach").policy, spec())
+    cast.load_state_dict(plain.state_dict())
+    cast.to(device).eval()
+    plain.eval()
+    assert cast.encoder.autocast and not plain.encoder.autocast
+    x = {k: (v.to(device) if torch.is_tensor(v) else {c: t.to(device) for c, t in v.items()}) for k, v in obs(4).items()}
+    with torch.no_grad():
+        a, b = plain.encoder(x), cast.encoder(x)
+    assert b.dtype == torch.float32
+    if device == "cpu":
+        assert torch.equal(a, b)
+    else:
+        assert not torch.equal(a, b) and torch.allclose(a, b, atol=0.1)
