@@ -58,6 +58,9 @@ VARIANTS: dict[str, list[str]] = {
     # critic's action-gradient (AWAC)
     "awac": [*RECIPE, "algo.actor_loss=awac"],
     "crossq": ["algo=crossq", *SAME_TUNING],
+    # the flow policy (SAC-Flow: the actor a few Euler steps of a learned velocity field),
+    # with the recipe's demo tuning and LayerNorm critics
+    "flow": ["algo=sac_flow", "policy=flow", *SAME_TUNING, "algo.critic_layer_norm=true"],
     # no demonstrations: the scripted supervisor takes over when the pick stalls (HIL-SERL
     # style); its steps are drawn on the demo side of each batch and pull the actor (bc_weight)
     "supervisor": ["algo=rlpd", "algo.bc_warmup_updates=0", "algo.critic_warmup_updates=0",

@@ -21,7 +21,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
 echo "== image-SAC learner"
-timeout 200 python3 benchmarks/bench_image_learner.py --device cuda --rows 4096 --updates 50 --repeats 5 \
+timeout 420 python3 benchmarks/bench_image_learner.py --device cuda --rows 4096 --updates 30 --repeats 5 \
   --out "$RESULTS/image_learner_gpu.json"
 echo "== VLA chunk latency, small"
 timeout 90 python3 benchmarks/bench_vla.py --sizes small --batches 1 8 32 --repeats 10 --uncached-batches 1 \
