@@ -172,7 +172,7 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
     fig, (ax_s, ax_t) = plt.subplots(1, 2, figsize=(11, 4))
     for i, variant in enumerate(variants_of(rows)):
         runs = [r for r in rows if r["variant"] == variant]
-        colour = f"C{i}"
+        colour, style = f"C{i % 10}", "-" if i < 10 else "--"  # past 10 colours, dashed
         for key, ax, scale in (("env_steps", ax_s, 1e-3), ("wall_seconds", ax_t, 1 / 60)):
             grid = np.unique(np.concatenate([[h[key] * scale for h in r["history"]] for r in runs]))
             # each seed's success held from one evaluation to the next (a step function); a
@@ -187,7 +187,7 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
             curves = np.array(curves)
             label = f"{variant} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
             with np.errstate(all="ignore"):
-                ax.plot(grid, np.nanmean(curves, 0), color=colour, label=label, drawstyle="steps-post")
+                ax.plot(grid, np.nanmean(curves, 0), color=colour, linestyle=style, label=label, drawstyle="steps-post")
                 if len(runs) > 1:
                     ax.fill_between(grid, np.nanmin(curves, 0), np.nanmax(curves, 0), color=colour, alpha=0.15, step="post")
     for ax, xl in ((ax_s, "env steps (thousands; 36k = 1 h at 10 Hz)"), (ax_t, "wall-clock minutes (2 CPU cores)")):
