@@ -121,11 +121,13 @@ class LearnerReplica:
         self.algo.load_checkpoint_state(state)
 
     def update(self, batches: list[dict[str, Any]], replay: bool) -> dict[str, float]:
-        from rlinf_user.runtime.learner import replay_batch
+        from rlinf_user.runtime.device_batches import device_batches
 
+        # replay batches reach the device as they do on the learner: the next one copied during
+        # this update, so a replica keeps pace with the learner it all-reduces with
         metrics: dict[str, float] = {}
-        for b in batches:
-            metrics = self.algo.update(replay_batch(b, self.spec, self.algo.device) if replay else b)
+        for b in device_batches(batches, self.spec, self.algo.device) if replay else batches:
+            metrics = self.algo.update(b)
             self.algo.sync_buffers()
         return metrics
 
