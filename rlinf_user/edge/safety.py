@@ -25,6 +25,13 @@ absolute TCP target here, on the robot PC:
   that face is at most ``brake_gain`` times the remaining distance, so the arm slows down as
   it nears a face instead of hitting it at speed. The measured pose is checked against the
   box itself every tick by :meth:`SafetyFilter.check_measured` (``box_tolerance``).
+* Near a face, position comes before orientation: the orientation target may lead the
+  measured orientation by ``max_lead_rotation`` only ``brake_distance`` inside the margin;
+  closer it shrinks linearly to ``face_lead_rotation`` at the margin and to none at the face
+  (both target modes). An impedance controller trades position error for orientation error
+  when the orientation target runs ahead (most near a stretched arm's reach): without this
+  bound, saturated rotation at a face dragged franky-sim's TCP up to 26 mm outside the box
+  while its position target sat 10 mm inside (``benchmarks/results/EDGE_BOX.md``).
 * Orientation: limited to ``max_tilt`` radians from the home orientation.
 * Gripper: closed when ``a[6] > gripper_threshold``, open when below ``-gripper_threshold``,
   unchanged in between (hysteresis, so noise does not chatter the fingers).
@@ -69,6 +76,7 @@ class SafetyConfig:
     brake_distance: float = 0.05  # m from a face where the approach slows down
     brake_gain: float = 0.5  # lead toward a face <= gain x remaining distance
     box_tolerance: float = 0.002  # m: a measured TCP further outside the box is a safety event
+    face_lead_rotation: float = 0.05  # rad: the rotational lead allowed at the inner box's faces
 
     def __post_init__(self) -> None:
         if self.target_mode not in TARGET_MODES:
@@ -82,6 +90,9 @@ class SafetyConfig:
             raise ValueError(
                 f"workspace box must be 3 lows below 3 highs, got {list(lo)} .. {list(hi)}"
             )
+        if not 0 <= self.face_lead_rotation <= self.max_lead_rotation:
+            raise ValueError(f"face_lead_rotation must be in [0, max_lead_rotation={self.max_lead_rotation}], "
+                             f"got {self.face_lead_rotation}")  # fmt: skip
         if self.max_translation <= 0 or self.max_rotation < 0 or self.watchdog_periods < 1:
             raise ValueError("max_translation > 0, max_rotation >= 0, watchdog_periods >= 1")
         if np.any(hi - lo <= 2 * self.workspace_margin):
@@ -167,6 +178,7 @@ class SafetyFilter:
                            f"{cfg.max_tilt} (action {np.round(a, 3).tolist()})")  # fmt: skip
                 )
                 rot = self.home * Rotation.from_rotvec(rel * (cfg.max_tilt / tilt))
+        rot = self._position_first(rot, measured_pos, measured_rot)
         if a[6] > cfg.gripper_threshold:
             self.gripper_closed = True
         elif a[6] < -cfg.gripper_threshold:
@@ -196,6 +208,27 @@ class SafetyFilter:
             breaches.append(Breach("lead", f"target {dist * 1e3:.1f} mm / {angle:.3f} rad ahead of the "
                                    f"measured pose, pulled back (action {np.round(a, 3).tolist()})"))  # fmt: skip
         return pos, rot
+
+    def _position_first(self, rot: Rotation, measured_pos: np.ndarray, measured_rot: Rotation) -> Rotation:
+        """Near a face, position comes before orientation: the rotational lead (what the
+        orientation target may be ahead of the measured orientation) shrinks with the room
+        left to the nearest face of the box, from ``max_lead_rotation`` at ``brake_distance``
+        inside the inner box to ``face_lead_rotation`` at the inner box and to none at the box."""
+        cfg = self.cfg
+        room = float(min(np.min(measured_pos - self.low), np.min(self.high - measured_pos)))  # to the box
+        margin = cfg.workspace_margin
+        if room >= margin + cfg.brake_distance:  # (also when brake_distance is 0)
+            cap = cfg.max_lead_rotation
+        elif room >= margin:
+            frac = (room - margin) / cfg.brake_distance
+            cap = cfg.face_lead_rotation + (cfg.max_lead_rotation - cfg.face_lead_rotation) * frac
+        else:
+            cap = cfg.face_lead_rotation * max(0.0, room) / margin if margin > 0 else 0.0
+        rel = (rot * measured_rot.inv()).as_rotvec()
+        angle = float(np.linalg.norm(rel))
+        if angle > cap:
+            rot = Rotation.from_rotvec(rel * (cap / angle)) * measured_rot
+        return rot
 
     def _brake(self, pos: np.ndarray, measured: np.ndarray) -> np.ndarray:
         """Near a face, the target's lead toward it shrinks with the remaining distance."""

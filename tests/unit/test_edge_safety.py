@@ -142,3 +142,33 @@ def test_tilt_limit_holds_in_commanded_mode_without_winding_up():
     back, _ = f.command([0, 0, 0, -1, 0, 0, 0], here)  # one step back is one step off the limit
     tilt = (Rotation.from_quat(DOWN).inv() * Rotation.from_quat(back.tcp_quaternion)).magnitude()
     assert tilt == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("target_mode", ["commanded", "measured"])
+def test_near_a_face_position_comes_before_orientation(target_mode):
+    """The orientation target may lead the measured orientation by less the closer the TCP
+    is to a face (a rotation at a face dragged the TCP out of the box through the impedance
+    controller): the full lead 6 cm inside, 0.05 rad at the margin, none at the face."""
+    f = make(workspace_low=(0.3, -0.2, 0.05), workspace_high=(0.6, 0.2, 0.5), workspace_margin=0.01,
+             brake_distance=0.05, max_rotation=0.3, max_lead_rotation=0.2, face_lead_rotation=0.05,
+             target_mode=target_mode)  # fmt: skip
+
+    def lead(x: float) -> float:
+        f.restart()
+        cmd, _ = f.command([0, 0, 0, 0, 1, 0, 0], state(pos=(x, 0, 0.3)))
+        return (Rotation.from_quat(cmd.tcp_quaternion) * Rotation.from_quat(DOWN).inv()).magnitude()
+
+    assert lead(0.45) == pytest.approx(0.2)  # 14 cm from the face: the whole lead
+    assert lead(0.6 - 0.01 - 0.025) == pytest.approx(0.05 + 0.15 * 0.5)  # halfway through the brake zone
+    assert lead(0.59) == pytest.approx(0.05)  # at the margin
+    assert lead(0.595) == pytest.approx(0.025)  # halfway to the face
+    assert lead(0.6) == pytest.approx(0.0, abs=1e-9) and lead(0.61) == pytest.approx(0.0, abs=1e-9)
+    # translation is untouched by it: a step back from the face is a whole step
+    f.restart()
+    back, _ = f.command([-1, 0, 0, 0, 1, 0, 0], state(pos=(0.6, 0, 0.3)))
+    assert back.tcp_position[0] == pytest.approx(0.6 - 0.02)
+
+
+def test_face_lead_rotation_is_checked():
+    with pytest.raises(ValueError, match="face_lead_rotation"):
+        SafetyConfig(max_lead_rotation=0.2, face_lead_rotation=0.3)
