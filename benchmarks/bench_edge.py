@@ -249,19 +249,23 @@ class Load:
 
 
 def free_port_pair() -> int:
-    for _ in range(200):
+    """A base port with the two after it free too (the daemon serves port, port+1, port+2)."""
+
+    for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + 1 > 65535:
+            p = s.getsockname()[1]
+        socks = [socket.socket() for _ in range(3)]
+        try:
+            for k, t in enumerate(socks):
+                t.bind(("127.0.0.1", p + k))
+            return p
+        except OSError:
             continue
-        with socket.socket() as t:
-            try:
-                t.bind(("127.0.0.1", base + 1))
-            except OSError:
-                continue
-        return base
-    raise RuntimeError("no free port pair")
+        finally:
+            for t in socks:
+                t.close()
+    raise RuntimeError("no three free ports in a row")
 
 
 class Child:

@@ -77,7 +77,7 @@ def run_seed(seed: int, hz: float, target: float, max_steps: int, work: Path, li
     from rlinf_user.rundir import create_run_dir
     from rlinf_user.runtime.trainer import Trainer
 
-    port = free_ports(2)
+    port = free_ports(3)
     edge = EdgeProcess(
         ["--robot", "franka", "franky_sim=true", f"robot.ip=127.0.0.{60 + seed}",
          f"control_hz={hz}", "robot.relative_dynamics_factor=0.5",

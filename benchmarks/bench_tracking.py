@@ -53,20 +53,24 @@ ROBOT_IP: str | None = None  # --robot-ip: a real arm instead of franky-sim
 
 
 def free_port_pair() -> int:
+    """A base port with the two after it free too (the daemon serves port, port+1, port+2)."""
     import socket
 
     for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             p = s.getsockname()[1]
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", p))
-                b.bind(("127.0.0.1", p + 1))
-                return p
-            except OSError:
-                continue
-    raise RuntimeError("no free port pair")
+        socks = [socket.socket() for _ in range(3)]
+        try:
+            for k, t in enumerate(socks):
+                t.bind(("127.0.0.1", p + k))
+            return p
+        except OSError:
+            continue
+        finally:
+            for t in socks:
+                t.close()
+    raise RuntimeError("no three free ports in a row")
 
 
 class Edge:

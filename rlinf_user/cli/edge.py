@@ -88,6 +88,7 @@ def build_daemon(cfg, sim_server=None):
         cameras=start_cameras(cfg, sim_server), frame_max_age_s=cfg.frame_max_age_s,
         peer_rate_hz=cfg.peer_rate_hz, total_rate_hz=cfg.total_rate_hz, daemon_timeout_s=cfg.daemon_timeout_s,
         ingress_budget_bytes=int(cfg.ingress_budget_mb * 2**20) if cfg.ingress_budget_mb else None,
+        control_port=cfg.control_port, handshake_timeout_s=cfg.handshake_timeout_s, max_pending_connections=cfg.max_pending_connections,
     )  # fmt: skip
 
 
@@ -129,7 +130,8 @@ def run_edge(args, console: Console) -> int:
     try:
         spec = daemon.start()
         table = Table(title=f"edge daemon: {spec.get('description')}", show_header=False)
-        table.add_row("serving", f"tcp://{cfg.bind}:{cfg.port} (stream :{cfg.port + 1})")
+        table.add_row("serving", f"tcp://{cfg.bind}:{cfg.port} (stream :{cfg.port + 1}, "
+                      f"controller :{daemon.control_port})")
         table.add_row("auth", "CURVE" if cfg.secret_key else "none (loopback only)")
         table.add_row("control", f"{cfg.control_hz:g} Hz, watchdog {cfg.safety.watchdog_periods} periods")
         table.add_row("state", f"{spec.get('state_dim')} floats")

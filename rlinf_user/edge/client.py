@@ -1,4 +1,8 @@
-"""The training side of the edge protocol: one DEALER socket to the daemon.
+"""The training side of the edge protocol: a DEALER socket to the daemon.
+
+``hello`` goes to the daemon's public port; its ``welcome`` names the controller's own
+socket (``control_offset`` from that port), and the client moves there (presenting its
+session in a second ``hello``), so its commands never queue behind other clients' requests.
 
 ``EdgeClient.request`` sends a request with a fresh id and waits for the reply carrying
 that id (late replies to earlier, abandoned requests are dropped). While waiting it
@@ -56,6 +60,7 @@ class EdgeClient:
         self.last_heard = 0.0
         self.auth_failure: str | None = None
         self.spec: dict[str, Any] | None = None
+        self.on_control = False  # talking on the controller's own socket
         self._stop = threading.Event()
         # observed chunks: their per-tick obs (and errors) wait here, in arrival order
         self.stream_rids: set[int] = set()
@@ -65,7 +70,7 @@ class EdgeClient:
         self._beat.start()
 
     # -- sockets -------------------------------------------------------------------
-    def _open(self) -> None:
+    def _open(self, port: int | None = None) -> None:
         sock = self.ctx.socket(zmq.DEALER)
         sock.linger = 0
         for opt, value in self._opts.items():
@@ -74,16 +79,18 @@ class EdgeClient:
             zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
             | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
         )  # fmt: skip
-        sock.connect(f"tcp://{self.host}:{self.port}")
+        sock.connect(f"tcp://{self.host}:{port or self.port}")
         self.sock = sock
 
-    def reconnect(self) -> None:
-        """Drop the socket (and anything queued on it) and connect afresh."""
+    def reconnect(self, port: int | None = None) -> None:
+        """Drop the socket (and anything queued on it) and connect afresh (to the public
+        port unless ``port`` is given)."""
         with self._lock:
             self.sock.disable_monitor()
             self.monitor.close(0)
             self.sock.close(0)
-            self._open()
+            self._open(port)
+            self.on_control = port is not None
 
     def _check_monitor(self) -> None:
         while self.monitor.poll(0):
@@ -166,14 +173,47 @@ class EdgeClient:
             return self.wait(self.send(kind, body, arrays), timeout_s)
 
     def hello(self, timeout_s: float | None = None) -> dict[str, Any]:
-        try:
-            msg = self.request("hello", {"client": self.client_name, "session": self.session,
-                                         "protocol": PROTOCOL_VERSION}, timeout_s=timeout_s)  # fmt: skip
-        except AuthError:
-            self.close(say_bye=False)  # refused for good: release the sockets and the thread
-            raise
+        body = {"client": self.client_name, "session": self.session, "protocol": PROTOCOL_VERSION}
+        with self._lock:
+            if self.on_control:  # still (or again) in control with this session: nothing moves
+                try:
+                    self.spec = dict(self.request("hello", body, timeout_s=timeout_s).body)
+                    return self.spec
+                except EdgeRefused as err:
+                    if err.code != "not_controller":
+                        raise
+                self.reconnect()  # control is asked for on the public socket
+            try:
+                msg = self.request("hello", body, timeout_s=timeout_s)
+                offset = msg.body.get("control_offset")
+                if isinstance(offset, int):  # the controller's own socket: present the session there
+                    self._move_to_control(self.port + offset, body, timeout_s)
+            except AuthError:
+                self.close(say_bye=False)  # refused for good: release the sockets and the thread
+                raise
         self.spec = dict(msg.body)
         return self.spec
+
+    def _move_to_control(self, port: int, body: dict[str, Any], timeout_s: float | None) -> None:
+        """Present the session on the controller's socket and send everything there from now
+        on; if it cannot be reached (a firewall that opens only the public port), stay on the
+        public socket, which still serves the controller."""
+        public, public_monitor = self.sock, self.monitor
+        self._open(port)
+        try:
+            self.request("hello", body, timeout_s=min(timeout_s or self.timeout_s, 3.0))
+        except (EdgeTimeout, EdgeRefused, AuthError) as err:
+            log.warning("the edge daemon's controller socket :%d is unreachable (%s); commands go "
+                        "through its public port, behind other clients' requests", port, err)  # fmt: skip
+            self.sock.disable_monitor()
+            self.monitor.close(0)
+            self.sock.close(0)
+            self.sock, self.monitor, self.auth_failure = public, public_monitor, None
+            return
+        public.disable_monitor()
+        public_monitor.close(0)
+        public.close(0)
+        self.on_control = True
 
     def act(self, action: np.ndarray, timeout_s: float | None = None) -> Message:
         return self.request("act", arrays={"action": np.asarray(action, np.float32)},

@@ -36,6 +36,7 @@ class SafetySchema:
     target_mode: str = "commanded"  # commanded: deltas integrate on the last target | measured
     max_lead: float = 0.03
     max_lead_rotation: float = 0.2
+    face_lead_rotation: float = 0.05  # rad: the rotational lead allowed at the margin (none at the face)
     workspace_margin: float = 0.01
     brake_distance: float = 0.05
     brake_gain: float = 0.5
@@ -48,7 +49,8 @@ class SafetySchema:
 @dataclass
 class EdgeServeConfig:
     bind: str = "127.0.0.1"  # the interface to serve on (the robot PC's LAN address)
-    port: int = 5555  # requests; port + 1 carries the state stream
+    port: int = 5555  # requests; port + 1 carries the state stream, port + 2 the controller's commands
+    control_port: int | None = None  # the controller's own socket (default port + 2)
     control_hz: float = 10.0
     secret_key: str | None = None  # edge.key_secret from `rlinf-user edge keygen`
     authorized_keys: str | None = None  # folder of accepted client public keys
@@ -59,6 +61,8 @@ class EdgeServeConfig:
     total_rate_hz: float = 500.0  # ... from all of them together
     daemon_timeout_s: float = 2.0  # the control loop holds and exits if the daemon stops reading
     ingress_budget_mb: float | None = None  # unfinished messages cut past this (default max(64, 4 x max))
+    handshake_timeout_s: float = 1.0  # a connection that has not finished its ZMTP/CURVE handshake is dropped
+    max_pending_connections: int = 64  # connections still in their handshake; the oldest are cut beyond
     realtime_priority: int = 0  # SCHED_FIFO priority of the control loop (0: normal)
     spin_s: float = 0.0005
     frame_max_age_s: float = 0.25

@@ -280,6 +280,7 @@ class ControlLoop:
         except Exception as err:  # noqa: BLE001 - a driver error must reach the client
             self._enter_fault(err, self.plan.rid)
             return None
+        action = np.clip(action, -1.0, 1.0)  # what the arm was sent (the safety layer clipped it)
         if self.last_applied is not None and self.last_chunk != self.plan.rid:  # a seam between chunks
             self.seam_jumps.append(float(np.abs(action - self.last_applied).max()))
             # statistics refreshed here, once per seam, not in every telemetry snapshot

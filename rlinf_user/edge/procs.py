@@ -6,6 +6,7 @@
 * :func:`port_holder` names the process that listens on a TCP port (from ``/proc``), so a
   start-up error can say exactly what holds it.
 * :func:`clean_stale_ipc_dirs` removes the IPC folders of daemons that no longer run.
+* :func:`raise_fd_limit` lifts the soft limit on open files to what the process may have.
 """
 
 from __future__ import annotations
@@ -85,6 +86,24 @@ def port_holder(port: int, host: str | None = None) -> str | None:
             except OSError:
                 continue
     return "a process this user cannot inspect"
+
+
+def raise_fd_limit(cap: int = 1 << 16) -> tuple[int, int]:
+    """Raise the soft limit on open files to the hard limit (at most ``cap``): a service
+    started with the usual 1,024 would run out of descriptors under a connection flood long
+    before it runs out of anything else. Returns (old soft limit, new soft limit)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = cap if hard == resource.RLIM_INFINITY else min(hard, cap)
+    if want > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError) as err:
+            log.warning("could not raise the open-file limit from %d: %s", soft, err)
+            return soft, soft
+        return soft, want
+    return soft, soft
 
 
 def _alive(pid: int) -> bool:

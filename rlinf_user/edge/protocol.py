@@ -163,7 +163,10 @@ def decode(frames: Sequence[Any], max_bytes: int = DEFAULT_MAX_BYTES) -> Message
         )
     arrays: dict[str, np.ndarray] = {}
     for spec, frame in zip(specs, frames[1:]):
-        arrays.update([_array(spec, frame)])
+        name, array = _array(spec, frame)
+        if name in arrays:  # never last-wins: which one would the robot have acted on?
+            raise ProtocolError("arrays", f"array {name!r} appears twice in one message")
+        arrays[name] = array
     return Message(kind, rid, body, arrays)
 
 
@@ -185,6 +188,15 @@ def _array(spec: Any, frame: Any) -> tuple[str, np.ndarray]:
             "shape", f"array {name!r}: {dtype}{shape} needs {nbytes} bytes, frame has {len(frame)}"
         )
     return name, np.frombuffer(frame, dtype=dtype).reshape(shape)
+
+
+def request_id(frames: Sequence[Any]) -> int:
+    """Best-effort request id of a rejected message, so the client can match the error."""
+    try:
+        rid = peek_header(frames[0]).get("id", 0)
+        return rid if isinstance(rid, int) and not isinstance(rid, bool) and rid >= 0 else 0
+    except Exception:  # noqa: BLE001 - whatever the frames hold, the answer is an int
+        return 0
 
 
 RESET_OPTIONS = {"home": bool}

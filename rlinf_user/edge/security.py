@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,17 @@ log = logging.getLogger(__name__)
 
 
 ZAP_DOMAIN = "rlinf-user"
+CONTROL_DOMAIN = "rlinf-user-control"  # the controller's own socket: one key at a time
+
+
+class _Admit:
+    """A ZAP credentials provider that admits the keys a predicate accepts."""
+
+    def __init__(self, predicate: Callable[[str], bool]):
+        self.predicate = predicate
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return bool(self.predicate(key.decode() if isinstance(key, bytes) else str(key)))
 
 
 class AuthError(RuntimeError):
@@ -69,6 +81,22 @@ def _load(path: str | Path, need_secret: bool) -> tuple[bytes, bytes | None]:
     return public, secret
 
 
+def is_ipv4(addr: str) -> bool:
+    try:
+        ipaddress.IPv4Address(addr)
+    except ValueError:
+        return False
+    return True
+
+
+def user_id(frame: zmq.Frame) -> str | None:
+    """The CURVE public key (z85) that authenticated the connection a frame came in on."""
+    try:
+        return frame.get("User-Id") or None
+    except zmq.ZMQError:
+        return None
+
+
 def is_loopback(host: str) -> bool:
     if host in ("localhost", "127.0.0.1", "::1"):
         return True
@@ -101,14 +129,27 @@ class ServerAuth:
 
         self._auth = ThreadAuthenticator(ctx, log=logging.getLogger(__name__ + ".zap"))
         self._auth.start()
-        self._auth.configure_curve(domain=ZAP_DOMAIN, location=str(Path(authorized_dir).expanduser()))
+        # one callback per domain (pyzmq consults callbacks or certificate folders, never both)
+        self._keys = set(zmq.auth.load_certificates(str(Path(authorized_dir).expanduser())))
+        self._auth.configure_curve_callback(domain=ZAP_DOMAIN, credentials_provider=_Admit(self.authorized))
 
-    def apply(self, sock: zmq.Socket) -> None:
+    def authorized(self, key: str) -> bool:
+        """``key`` (z85) is one of the authorized client keys."""
+        return key.encode() in self._keys
+
+    def apply(self, sock: zmq.Socket, admit: Callable[[str], bool] | None = None) -> None:
+        """Make ``sock`` a CURVE server admitting the authorized keys, or, with ``admit``,
+        only the (z85) keys it accepts at the moment of each handshake."""
         if self.enabled:
             sock.curve_secretkey = self.secret
             sock.curve_publickey = self.public
             sock.curve_server = True
-            sock.zap_domain = ZAP_DOMAIN.encode()
+            domain = ZAP_DOMAIN
+            if admit is not None:
+                domain = CONTROL_DOMAIN
+                provider = _Admit(lambda key: self.authorized(key) and admit(key))
+                self._auth.configure_curve_callback(domain=domain, credentials_provider=provider)
+            sock.zap_domain = domain.encode()
 
     def close(self) -> None:
         if self._auth is not None:

@@ -23,8 +23,8 @@ def lane_loopback(last: int) -> str:
     return f"127.{1 + os.getpid() % 250}.0.{last}"
 
 
-def free_ports(n: int = 2) -> int:
-    """A base port with ``n`` consecutive free ports (daemon uses port and port+1)."""
+def free_ports(n: int = 3) -> int:
+    """A base port with ``n`` consecutive free ports (the daemon uses port, port+1 and port+2)."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -59,13 +59,22 @@ def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 
 class EdgeProcess:
     """``rlinf-user edge <args>`` in a subprocess; ``log()`` returns what it printed."""
 
-    def __init__(self, args: list[str], port: int, log_path: Path, ready_port: int | None = None):
+    def __init__(self, args: list[str], port: int, log_path: Path, ready_port: int | None = None,
+                 nofile: int | None = None):  # fmt: skip
+        """``nofile``: the daemon's soft limit on open files at start (the hard one is kept)."""
         env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), COLUMNS="200")
         self.log_path = log_path
         self._log = open(log_path, "w")
+
+        def limit() -> None:
+            import resource
+
+            if nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rlinf_user.cli.main", "edge", *args, f"port={port}"],
-            stdout=self._log, stderr=subprocess.STDOUT, env=env,
+            stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=limit,
         )  # fmt: skip
         self.port = port
         self._wait_ready(ready_port or port)
@@ -142,6 +151,10 @@ class TcpLink:
     def cut(self) -> None:
         """Drop every connection and refuse new ones (a pulled cable)."""
         if self._server is not None:
+            try:  # wakes the thread blocked in accept(), which would keep the port listening
+                self._server.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             self._server.close()
             self._server = None
         with self._lock:

@@ -29,7 +29,7 @@ GYM_HIL = {"kind": "sim", "backend": "gym_hil", "task": "PandaPickCube", "max_ep
 
 
 def test_synthetic_camera_is_cropped_encoded_and_stamped_on_the_edge(tmp_path):
-    port = free_ports(2)
+    port = free_ports(3)
     cam = "[{name: wrist, kind: synthetic, width: 640, height: 480, fps: 15, resize: [128, 128], jpeg_quality: 90}]"
     edge = EdgeProcess(["--sim", "gym_hil", "control_hz=20", f"cameras={cam}"], port,
                        tmp_path / "edge.log")  # fmt: skip
@@ -108,7 +108,7 @@ def test_realsense_software_device_served_byte_exact_and_staleness_reported():
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
-    port = free_ports(2)
+    port = free_ports(3)
     daemon = EdgeDaemon(functools.partial(sim_backend, GYM_HIL), port=port, control_hz=20,
                         cameras={"rs": stream}, frame_max_age_s=0.2)  # fmt: skip
     daemon.start()
@@ -144,7 +144,7 @@ def test_realsense_software_device_served_byte_exact_and_staleness_reported():
 def test_franky_sim_scene_camera_follows_the_arm(tmp_path):
     """A ``kind: sim`` camera renders franky-sim's MuJoCo scene through the capture path."""
     pytest.importorskip("franky_sim")
-    port = free_ports(2)
+    port = free_ports(3)
     cam = "[{name: scene, kind: sim, width: 96, height: 96, fps: 5}]"
     edge = EdgeProcess(["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.51",
                         "control_hz=10", "frame_max_age_s=0.5", f"cameras={cam}"],

@@ -28,7 +28,7 @@ EDGE_ARGS = ["--sim", "gym_hil", "control_hz=100"]
 def test_training_survives_an_edge_daemon_killed_and_restarted(tmp_path):
     import ray
 
-    port = free_ports(2)
+    port = free_ports(3)
     edges = [EdgeProcess(EDGE_ARGS, port, tmp_path / "edge-0.log")]
     cfg = compose_config(
         [

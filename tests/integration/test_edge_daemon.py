@@ -53,7 +53,7 @@ def keys(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def edge(keys, tmp_path_factory):
-    port = free_ports(2)
+    port = free_ports(3)
     proc = EdgeProcess(
         ["--sim", "gym_hil", f"control_hz={HZ}", f"secret_key={keys['edge_secret']}",
          f"authorized_keys={keys['authorized']}", "max_message_bytes=1000000",
@@ -313,8 +313,8 @@ def test_killed_client_mid_episode_robot_holds_within_two_periods(edge, keys):
 
 
 def test_network_drop_truncates_the_episode_keeps_data_and_reconnects(edge, keys):
-    link_port = free_ports(1)
-    link = TcpLink(link_port, edge.port)
+    link_port = free_ports(3)
+    links = [TcpLink(link_port + k, edge.port + k) for k in (0, 2)]  # requests and the controller's socket
     env = remote_env(edge, keys, port=link_port, timeout_s=0.5, max_episode_steps=50, reconnect_s=20)
     try:
         obs, _ = env.reset(seed=1)
@@ -323,19 +323,58 @@ def test_network_drop_truncates_the_episode_keeps_data_and_reconnects(edge, keys
             obs, r, te, tr, info = env.step(np.zeros(7, np.float32))
             kept.append(obs["state"].copy())
             assert not tr
-        link.cut()
+        assert env.client.on_control  # commands went through the controller's socket
+        for link in links:
+            link.cut()
         obs, r, te, tr, info = env.step(np.zeros(7, np.float32))
         assert tr and not te and info["edge_lost"]
         np.testing.assert_array_equal(obs["state"], kept[-1])  # last good observation
-        link.up()
+        for link in links:
+            link.up()
         obs, _ = env.reset(seed=2)  # reconnects, takes control again with its session
         for _ in range(3):
             _, _, _, tr, info = env.step(np.zeros(7, np.float32))
             assert not tr and "edge_lost" not in info
     finally:
         env.close()
-        link.close()
+        for link in links:
+            link.close()
         wait_until_free(edge, keys)  # the next test's client must not find this one in control
+
+
+def test_the_controller_socket_admits_only_the_controller_and_a_tunnel_of_one_port_still_works(edge, keys):
+    """The controller's own socket (port + 2) admits only the controlling client's key; a
+    client whose route forwards only the public port stays there and still controls."""
+    c = client(edge, keys)
+    try:
+        c.hello()
+        assert c.on_control
+        c.reset(seed=0)
+        # another authorised key cannot even finish a handshake on the controller's socket
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.linger = 0
+        sock.curve_serverkey = zmq.auth.load_certificate(str(keys["edge_public"]))[0]
+        sock.curve_publickey, sock.curve_secretkey = zmq.auth.load_certificate(str(keys["other_secret"]))
+        monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+        sock.connect(f"tcp://127.0.0.1:{edge.port + 2}")
+        assert monitor.poll(3000), "the controller's socket admitted a key that is not the controller's"
+        sock.close()
+        c.act(np.zeros(7, np.float32))
+    finally:
+        c.close()
+    link_port = free_ports(3)
+    link = TcpLink(link_port, edge.port)  # only the public port is forwarded
+    c = EdgeClient("127.0.0.1", link_port, server_public_key=str(keys["edge_public"]),
+                   client_secret_key=str(keys["client_secret"]), timeout_s=1.0)  # fmt: skip
+    try:
+        c.hello()
+        assert not c.on_control
+        c.reset(seed=0)
+        assert c.act(np.zeros(7, np.float32)).kind == "obs"
+    finally:
+        c.close()
+        link.close()
+        wait_until_free(edge, keys)
 
 
 def test_state_stream_delivers_latest_values(edge, keys):

@@ -23,6 +23,7 @@ pytest.importorskip("franky_sim")
 
 from edge_helpers import EdgeProcess, edge_telemetry, free_ports, lane_loopback, running  # noqa: E402
 
+from rlinf_user.edge import box_check  # noqa: E402
 from rlinf_user.edge.client import EdgeClient, EdgeRefused  # noqa: E402
 from rlinf_user.edge.protocol import decode  # noqa: E402
 from rlinf_user.env.remote import RemoteRobotEnv  # noqa: E402
@@ -33,7 +34,7 @@ LOW, HIGH = (0.30, -0.25, 0.20), (0.65, 0.25, 0.55)
 
 @pytest.fixture(scope="module")
 def edge(tmp_path_factory):
-    port = free_ports(2)
+    port = free_ports(3)
     proc = EdgeProcess(
         ["--robot", "franka", "franky_sim=true", f"robot.ip={lane_loopback(31)}", f"control_hz={HZ}",
          "robot.relative_dynamics_factor=0.5", "peer_timeout_s=1.0",
@@ -254,66 +255,55 @@ def test_a_commanded_square_is_drawn_at_its_size(edge):
     assert abs(p[:, 2] - start[2]).max() < 0.008  # z was never commanded
 
 
-PUSHES = [np.eye(3)[i] * s for i in range(3) for s in (1, -1)]
-PUSHES += [np.array(c, float) for c in __import__("itertools").product((1, -1), repeat=3)]
-
-
-def _push_everywhere(port: int, low, high, rotations=(False, True)) -> tuple[float, float, dict]:
-    """Saturated pushes from the centre toward every face and corner (with and without a
-    saturated rotation, then rotation only at the face); the furthest the measured TCP got
-    outside the box, the largest gap a plain push toward a face left between the arm and
-    that face once the arm stopped (every face was reached), and the daemon's safety
-    counters."""
-    lo, hi = np.asarray(low), np.asarray(high)
-    centre = (lo + hi) / 2
+def _hostile(port: int, low, high, sequences) -> tuple[list[dict], dict]:
+    """Run the hostile sequences (rlinf_user.edge.box_check) through the daemon: the worst
+    distance outside the box per sequence, and the daemon's safety counters."""
     c = _client(port)
-    worst, farthest = -1.0, 0.0
     try:
-        for d in PUSHES:
-            for with_rot in rotations:
-                _go(c, centre)
-                rot = np.array([1.0, 0, 1.0]) / np.sqrt(2) if with_rot else np.zeros(3)
-                states = [_act(c, np.r_[d, rot, 0]) for _ in range(int(1.0 * HZ))]
-                face = int(np.flatnonzero(d)[0]) if np.count_nonzero(d) == 1 else None
-                if face is not None and not with_rot:  # push on until the arm stops
-                    while len(states) < 4 * HZ and np.linalg.norm(states[-1][:3] - states[-6][:3]) > 0.001:
-                        states.append(_act(c, np.r_[d, rot, 0]))
-                    wall = hi[face] if d[face] > 0 else lo[face]
-                    farthest = max(farthest, abs(wall - states[-1][face]))
-                if with_rot:
-                    states += [_act(c, np.r_[0, 0, 0, 0, 0, 1 if k % 8 < 4 else -1, 0]) for k in range(int(0.6 * HZ))]
-                p = np.asarray(states)[:, :3]
-                worst = max(worst, float(np.max(np.maximum(lo - p, p - hi))))
+        rows = box_check.run_all(c, sequences, low, high, HZ, max_translation=0.02)
         counters = c.telemetry()["safety"]
     finally:
         c.close()
-    return worst, farthest, counters
+    return rows, counters
 
 
 @pytest.mark.wallclock
-def test_saturated_pushes_keep_the_measured_tcp_inside_the_box(edge):
-    worst, farthest, counters = _push_everywhere(edge.port, LOW, HIGH)
-    assert worst <= 0.002, f"the measured TCP went {worst * 1e3:.1f} mm outside the box"
-    # every face was reached: braking lets the arm creep up to the 10 mm margin and stop
-    assert farthest < 0.02, f"a push toward a face stopped {farthest * 1e3:.1f} mm short of it"
-    assert counters["box_exit"] == 0
+def test_no_sequence_of_actions_or_chunks_takes_the_tcp_out_of_the_box(edge):
+    """Saturated pushes to every face (and two corners), then saturated rotation about each
+    axis both ways at the face; all axes saturated one way then the other; chunks that end
+    at a face and rotate there. Before the rotational lead shrank near the faces, rotation
+    at a face dragged the TCP up to 26 mm outside the box."""
+    seqs = box_check.hostile_sequences(HZ, corners=box_check.CORNERS[:2], push_s=1.5, rotate_s=0.75,
+                                       saturate_s=2.0)  # fmt: skip
+    seqs = [s for s in seqs if not s.name.startswith("chunk")] + [s for s in seqs if s.name.startswith("chunk")][:3]
+    rows, counters = _hostile(edge.port, LOW, HIGH, seqs)
+    worst = max(rows, key=lambda r: r["max_outside_mm"])
+    assert worst["max_outside_mm"] <= 2.0, worst
+    assert counters["box_exit"] == 0, counters
+    # every face stays reachable: braking lets the arm creep up to the 10 mm margin and stop
+    gaps = [r["face_gap_mm"] for r in rows if r["face_gap_mm"] is not None]
+    assert len(gaps) == 6 and max(gaps) < 20.0, gaps
 
 
 @pytest.mark.wallclock
-def test_saturated_pushes_in_measured_target_mode_keep_the_box_too(tmp_path):
+def test_hostile_sequences_in_measured_target_mode_keep_the_box_too(tmp_path):
     low, high = (0.30, -0.25, 0.20), (0.65, 0.25, 0.55)
     edge = EdgeProcess(
         ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.34", f"control_hz={HZ}",
          "safety.target_mode=measured", f"safety.workspace_low=[{','.join(map(str, low))}]",
          f"safety.workspace_high=[{','.join(map(str, high))}]"],
-        free_ports(2), tmp_path / "edge.log",
+        free_ports(3), tmp_path / "edge.log",
     )  # fmt: skip
     try:
-        worst, _, counters = _push_everywhere(edge.port, low, high, rotations=(True,))
+        seqs = box_check.hostile_sequences(HZ, faces=box_check.FACES[::2], corners=box_check.CORNERS[:1],
+                                           rotations=box_check.ROTATIONS[1::2], push_s=1.5, rotate_s=0.75,
+                                           saturate_s=2.0, chunks=False)  # fmt: skip
+        rows, counters = _hostile(edge.port, low, high, seqs)
     finally:
         edge.close()
-    assert worst <= 0.002, f"the measured TCP went {worst * 1e3:.1f} mm outside the box"
-    assert counters["box_exit"] == 0
+    worst = max(rows, key=lambda r: r["max_outside_mm"])
+    assert worst["max_outside_mm"] <= 2.0, worst
+    assert counters["box_exit"] == 0, counters
 
 
 def _serves(host: str, port: int) -> bool:
@@ -333,7 +323,7 @@ def test_kill_9_of_the_daemon_leaves_no_franky_sim_and_a_restart_works(tmp_path)
     import psutil
 
     host, args = "127.0.0.32", ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.32"]
-    edge = EdgeProcess(args, free_ports(2), tmp_path / "first.log")
+    edge = EdgeProcess(args, free_ports(3), tmp_path / "first.log")
     family = psutil.Process(edge.proc.pid).children(recursive=True)
     assert any("franky_sim" in " ".join(p.cmdline()) for p in family)
     ipc = glob.glob(os.path.join(tempfile.gettempdir(), f"rlinf-edge-{edge.proc.pid}-*"))
@@ -343,7 +333,7 @@ def test_kill_9_of_the_daemon_leaves_no_franky_sim_and_a_restart_works(tmp_path)
     _, alive = psutil.wait_procs(family, timeout=3.0)
     assert not running(alive), [p.cmdline() for p in running(alive)]
     assert not _serves(host, 1337), "franky-sim still serves the robot port"
-    again = EdgeProcess(args, free_ports(2), tmp_path / "second.log")  # the same command
+    again = EdgeProcess(args, free_ports(3), tmp_path / "second.log")  # the same command
     try:
         assert not any(os.path.exists(d) for d in ipc), "the dead daemon's IPC folder was left"
         c = EdgeClient("127.0.0.1", again.port, timeout_s=5.0)
@@ -363,7 +353,7 @@ def test_a_held_robot_port_is_one_clear_line_naming_the_holder(tmp_path):
     try:
         out = subprocess.run(
             [sys.executable, "-m", "rlinf_user.cli.main", "edge", "--robot", "franka", "franky_sim=true",
-             "robot.ip=127.0.0.33", f"port={free_ports(2)}"],
+             "robot.ip=127.0.0.33", f"port={free_ports(3)}"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     finally:

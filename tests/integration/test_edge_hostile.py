@@ -15,7 +15,6 @@ import socket
 import struct
 import subprocess
 import sys
-import textwrap
 import time
 
 import numpy as np
@@ -32,38 +31,17 @@ from rlinf_user.edge.protocol import Message, encode  # noqa: E402
 
 HZ = 20.0
 
-FLOODER = textwrap.dedent(
-    """
-    import sys, time, zmq
-    from rlinf_user.edge.protocol import Message, encode
-    port, seconds = int(sys.argv[1]), float(sys.argv[2])
-    s = zmq.Context().socket(zmq.DEALER)
-    s.linger = 0
-    s.sndhwm = 0  # unbounded: push as fast as the daemon can be made to read
-    s.connect(f"tcp://127.0.0.1:{port}")
-    frames = encode(Message("telemetry", 1))
-    print("flooding", flush=True)
-    n, end = 0, time.monotonic() + seconds
-    while time.monotonic() < end:
-        s.send_multipart(frames)
-        n += 1
-        while s.poll(0):
-            s.recv_multipart()  # read what comes back, as a real client would
-    print(n, flush=True)
-    """
-)
-
-
 def _flood(port: int, seconds: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", FLOODER, str(port), str(seconds)],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    """A telemetry flood from another process (rlinf_user.edge.hostile), under way on return."""
+    proc = subprocess.Popen([sys.executable, "-m", "rlinf_user.edge.hostile", "flood", str(port), str(seconds),
+                             "-", "telemetry"], stdout=subprocess.PIPE, text=True)  # fmt: skip
     assert proc.stdout.readline().strip() == "flooding"
     return proc
 
 
 @pytest.fixture()
 def edge(tmp_path):
-    port = free_ports(2)
+    port = free_ports(3)
     proc = EdgeProcess(["--sim", "gym_hil", f"control_hz={HZ}", "peer_timeout_s=1.0"],
                        port, tmp_path / "edge.log")  # fmt: skip
     yield proc
@@ -90,7 +68,11 @@ def test_telemetry_flood_never_stalls_the_control_loop_or_the_controller(edge):
     assert c.request("ping").kind == "pong"
     t = c.telemetry()
     assert sent > 10_000, f"the flood was too weak to test anything ({sent} requests)"
-    assert t["daemon"]["rate_limited"] > sent // 2  # most of the flood was dropped unanswered
+    # the daemon read at most its budget of the shared socket (500/s, a burst of 1,000): the
+    # rest of the flood waited in libzmq and the kernel; of what it read, most went unanswered
+    d = t["daemon"]
+    assert d["public_read"] - before["daemon"]["public_read"] <= 500 * elapsed + 1000 < sent // 2, (d, sent)
+    assert d["rate_limited"] > 0.5 * (d["public_read"] - before["daemon"]["public_read"]), d
     # Liveness, not timing (bench_edge.py --flood measures the timing): the loop ticked and
     # answered the controller all along (before the fix it stopped for good within seconds).
     ticks = t["ticks"] - before["ticks"]
@@ -258,3 +240,60 @@ def test_a_timed_out_client_reconnects_while_the_controller_is_dead(edge):
     with pytest.raises((EdgeRefused, EdgeTimeout)):
         c.act(np.zeros(7, np.float32))
     other.close()
+
+
+def test_half_open_connections_never_lock_out_an_authorised_client(tmp_path):
+    """1,500 connections that never finish the CURVE handshake against a daemon started with
+    the usual soft limit of 1,024 open files: a fresh authorised client still gets in, the
+    controller keeps stepping, the ingress guard keeps working, the log stays short and the
+    memory comes back."""
+    from rlinf_user.edge.security import keygen
+
+    keys = keygen(tmp_path / "keys")
+    port = free_ports(3)
+    edge = EdgeProcess(["--sim", "gym_hil", f"control_hz={HZ}", f"secret_key={keys['edge_secret']}",
+                        f"authorized_keys={keys['authorized']}"], port, tmp_path / "edge.log", nofile=1024)  # fmt: skip
+    daemon = psutil.Process(edge.proc.pid)
+
+    def client(timeout_s: float = 5.0) -> EdgeClient:
+        return EdgeClient("127.0.0.1", port, server_public_key=str(keys["edge_public"]),
+                          client_secret_key=str(keys["client_secret"]), timeout_s=timeout_s)  # fmt: skip
+
+    c = client()
+    try:
+        c.hello()
+        c.reset(seed=0)
+        rss0 = daemon.memory_info().rss
+        lines0 = len(edge.log().splitlines())
+        attacker = subprocess.Popen([sys.executable, "-m", "rlinf_user.edge.hostile", "half_open", str(port), "1500",
+                                     "6"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert attacker.stdout.readline().strip() == "opened"
+        connects, steps = [], 0
+        next_probe = time.monotonic() + 0.5
+        while attacker.poll() is None:
+            c.act(np.zeros(7, np.float32))  # raises on a timeout: the controller is never cut off
+            steps += 1
+            if time.monotonic() > next_probe:
+                fresh = client()
+                t0 = time.monotonic()
+                fresh.request("ping")
+                connects.append(time.monotonic() - t0)
+                fresh.close(say_bye=False)
+                next_probe = time.monotonic() + 1.0
+        opened = int(attacker.stdout.read().split()[-1])
+        time.sleep(2.0)
+        t = c.telemetry()
+        rss1 = daemon.memory_info().rss
+    finally:
+        c.close()
+        edge.close()
+    assert opened >= 1100, opened
+    # the lock-out was total before (0 of 4 fresh clients answered); bench_edge_hostile.py
+    # measures the time a fresh client takes, here a loaded CI machine gets some slack
+    assert len(connects) >= 4 and max(connects) < 2.5, connects
+    assert steps >= 0.5 * HZ * 6, steps
+    ingress = t["ingress"]
+    assert ingress["failures"] == 0 and ingress["cut_pending"] > 0 and ingress["checks"] > 100, ingress
+    assert len(edge.log().splitlines()) - lines0 < 60  # one line per cut batch, no tracebacks
+    assert "Traceback" not in edge.log()
+    assert (rss1 - rss0) / 2**20 < 20, (rss0 / 2**20, rss1 / 2**20)

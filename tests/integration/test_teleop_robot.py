@@ -37,7 +37,7 @@ def keys(events) -> bytes:
 def test_teleop_records_a_robot_episode_through_the_edge(tmp_path, capsys):
     session = keys([(0.0, "W", 1), (1.0, "W", 0), (1.3, "ENTER", 1), (1.35, "ENTER", 0), (2.6, "ESC", 1), (2.65, "ESC", 0)])
     (tmp_path / "keys.bin").write_bytes(session)
-    port = free_ports(2)
+    port = free_ports(3)
     edge = EdgeProcess(
         ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.43", "control_hz=10", "robot.relative_dynamics_factor=0.5"],
         port, tmp_path / "edge.log",
@@ -84,7 +84,7 @@ def test_hg_dagger_on_the_robot_through_the_edge(tmp_path, capsys, policy):
         folder = save_openpi(Pi0Model(Pi0Config.tiny(horizon=5)), tmp_path / "pi0_folder", stats)
         policy = [*policy, f"policy.checkpoint={folder}"]
 
-    port = free_ports(2)
+    port = free_ports(3)
     edge = EdgeProcess(
         ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.44", "control_hz=10", "robot.relative_dynamics_factor=0.5"],
         port, tmp_path / "edge.log",

@@ -39,7 +39,7 @@ HZ = 10.0
 def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path, link):
     import ray
 
-    port = free_ports(2)
+    port = free_ports(3)
     edge = EdgeProcess(
         ["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.41", f"control_hz={HZ}",
          # franky-sim's 1 kHz physics is a Python loop: beside the CPU-bound test lane on 2

@@ -27,7 +27,7 @@ HAND_BOARD = "calibration.board={squares_x: 5, squares_y: 4, square_m: 0.03, mar
 def edge(tmp_path_factory):
     pytest.importorskip("franky_sim")
     tmp = tmp_path_factory.mktemp("calib")
-    port = free_ports(2)
+    port = free_ports(3)
     proc = EdgeProcess(["--robot", "franka", "franky_sim=true", "franky_sim_scene=calibration", "robot.ip=127.0.0.71",
                         "control_hz=10", "frame_max_age_s=2", f"cameras={CAMERAS}"], port, tmp / "edge.log")  # fmt: skip
     yield port, tmp

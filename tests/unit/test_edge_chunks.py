@@ -148,3 +148,16 @@ def test_blending_shrinks_the_jump_at_a_chunk_seam(loop):
         control.seam_jumps.clear()
         control.chunks["seam_jump_max"] = None
     assert jumps[0] == pytest.approx(1.0) and jumps[5] == pytest.approx(1.0 / 6, abs=1e-6)
+
+
+def test_a_saturated_seam_is_reported_as_the_arm_got_it(loop):
+    """Actions past +/-1 are clipped by the safety layer: the seam statistic and the
+    reported action are the clipped ones (not 2e9)."""
+    control, arm, ask, collect, states = loop
+    ask("reset", 40)
+    ask("chunk", 41, actions=np.full((20, 7), -1e9, np.float32))
+    collect(0.1)
+    ask("chunk", 42, actions=np.full((20, 7), 1e9, np.float32))
+    collect(0.2)
+    assert control.telemetry()["chunks"]["seam_jump_max"] == pytest.approx(2.0)
+    assert np.all(np.abs(control.last_applied) <= 1.0)

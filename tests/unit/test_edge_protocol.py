@@ -67,6 +67,8 @@ def test_round_trip_keeps_arrays_byte_exact_and_body():
         ([_header(k=["act"])], "kind"),  # unhashable: a clean refusal, not a TypeError
         ([_header(b={"x": _nested(20)})], "header"),  # nesting bound
         ([_header()] + [b""] * 17, "frames"),
+        # one name twice: refused, not last-wins (which action would have moved the arm?)
+        ([_header(a=[["action", "float32", [7]], ["action", "float32", [7]]]), b"\x00" * 28, b"\x01" * 28], "arrays"),
     ],
 )
 def test_malformed_messages_are_refused_with_a_code(frames, code):
