@@ -39,7 +39,7 @@ MAX_T = 0.02
 
 def run_rate(hz: float, mode: str, quick: bool, tmp: Path) -> dict:
     lo, hi = (np.asarray(b) for b in BOX)
-    edge = bench_tracking.Edge(hz, mode, BOX, tmp / f"box_{hz:g}_{mode}.log", ip="127.0.0.43")
+    edge = bench_tracking.Edge(hz, mode, BOX, tmp / f"box_{hz:g}_{mode}.log", ip="127.0.0.143")
     try:
         edge.client.reset(seed=0)
         kw = {"corners": box_check.CORNERS[:2], "rotations": box_check.ROTATIONS[2:4]} if quick else {}

@@ -30,8 +30,8 @@ absolute TCP target here, on the robot PC:
   closer it shrinks linearly to ``face_lead_rotation`` at the margin and to none at the face
   (both target modes). An impedance controller trades position error for orientation error
   when the orientation target runs ahead (most near a stretched arm's reach): without this
-  bound, saturated rotation at a face dragged franky-sim's TCP up to 26 mm outside the box
-  while its position target sat 10 mm inside (``benchmarks/results/EDGE_BOX.md``).
+  bound, saturated rotation at a face dragged franky-sim's TCP up to 10.9 mm outside the box
+  while its position target stayed 10 mm or more inside (``benchmarks/results/EDGE_BOX.md``).
 * Orientation: limited to ``max_tilt`` radians from the home orientation.
 * Gripper: closed when ``a[6] > gripper_threshold``, open when below ``-gripper_threshold``,
   unchanged in between (hysteresis, so noise does not chatter the fingers).

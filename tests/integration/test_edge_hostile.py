@@ -294,6 +294,7 @@ def test_half_open_connections_never_lock_out_an_authorised_client(tmp_path):
     assert steps >= 0.5 * HZ * 6, steps
     ingress = t["ingress"]
     assert ingress["failures"] == 0 and ingress["cut_pending"] > 0 and ingress["checks"] > 100, ingress
-    assert len(edge.log().splitlines()) - lines0 < 60  # one line per cut batch, no tracebacks
-    assert "Traceback" not in edge.log()
+    log = edge.log_path.read_text()
+    assert len(log.splitlines()) - lines0 < 60, log[-3000:]  # cuts summarised, no tracebacks
+    assert "Traceback" not in log
     assert (rss1 - rss0) / 2**20 < 20, (rss0 / 2**20, rss1 / 2**20)
