@@ -46,7 +46,6 @@ import multiprocessing as mp
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -249,23 +248,9 @@ class Load:
 
 
 def free_port_pair() -> int:
-    """A base port with the two after it free too (the daemon serves port, port+1, port+2)."""
+    from rlinf_user.edge.procs import free_ports
 
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        socks = [socket.socket() for _ in range(3)]
-        try:
-            for k, t in enumerate(socks):
-                t.bind(("127.0.0.1", p + k))
-            return p
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no three free ports in a row")
+    return free_ports(3)
 
 
 class Child:

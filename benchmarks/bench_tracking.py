@@ -44,6 +44,7 @@ sys.path.insert(0, str(HERE))
 from machine import describe  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient  # noqa: E402
+from rlinf_user.edge.procs import free_ports  # noqa: E402
 from rlinf_user.edge.protocol import decode  # noqa: E402
 
 MAX_T, MAX_R = 0.02, 0.1  # the daemon's max_translation (m) and max_rotation (rad) per step
@@ -53,24 +54,7 @@ ROBOT_IP: str | None = None  # --robot-ip: a real arm instead of franky-sim
 
 
 def free_port_pair() -> int:
-    """A base port with the two after it free too (the daemon serves port, port+1, port+2)."""
-    import socket
-
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        socks = [socket.socket() for _ in range(3)]
-        try:
-            for k, t in enumerate(socks):
-                t.bind(("127.0.0.1", p + k))
-            return p
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no three free ports in a row")
+    return free_ports(3)
 
 
 class Edge:

@@ -7,6 +7,7 @@
   start-up error can say exactly what holds it.
 * :func:`clean_stale_ipc_dirs` removes the IPC folders of daemons that no longer run.
 * :func:`raise_fd_limit` lifts the soft limit on open files to what the process may have.
+* :func:`free_ports` finds ``n`` consecutive free ports for a daemon (tests, benchmarks).
 """
 
 from __future__ import annotations
@@ -86,6 +87,28 @@ def port_holder(port: int, host: str | None = None) -> str | None:
             except OSError:
                 continue
     return "a process this user cannot inspect"
+
+
+def free_ports(n: int = 3, host: str = "127.0.0.1") -> int:
+    """A base port with ``n`` consecutive free ports on ``host`` (a daemon serves ``port``,
+    ``port+1`` and ``port+2``)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        socks = [socket.socket() for _ in range(n)]
+        try:
+            for k, t in enumerate(socks):
+                t.bind((host, base + k))
+            return base
+        except OSError:
+            continue
+        finally:
+            for t in socks:
+                t.close()
+    raise RuntimeError(f"no {n} consecutive free ports on {host}")
 
 
 def raise_fd_limit(cap: int = 1 << 16) -> tuple[int, int]:

@@ -15,33 +15,14 @@ import threading
 import time
 from pathlib import Path
 
+from rlinf_user.edge.procs import free_ports  # noqa: F401 - the tests' import point
+
 
 def lane_loopback(last: int) -> str:
     """A loopback address for franky-sim unique to this test process: `make test` runs two
     lanes at once, and a module fixture used by tests of both lanes would otherwise start
     two simulators on one address (libfranka's ports are fixed)."""
     return f"127.{1 + os.getpid() % 250}.0.{last}"
-
-
-def free_ports(n: int = 3) -> int:
-    """A base port with ``n`` consecutive free ports (the daemon uses port, port+1 and port+2)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as t:
-                try:
-                    t.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port pair")
 
 
 def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:
