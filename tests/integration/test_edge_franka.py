@@ -273,7 +273,7 @@ def test_no_sequence_of_actions_or_chunks_takes_the_tcp_out_of_the_box(edge):
     axis both ways at the face; all axes saturated one way then the other; chunks that end
     at a face and rotate there. Before the rotational lead shrank near the faces, rotation
     at a face dragged the TCP up to 10.9 mm outside the box (bench_box.py)."""
-    seqs = box_check.hostile_sequences(HZ, corners=box_check.CORNERS[:2], push_s=1.5, rotate_s=0.75,
+    seqs = box_check.hostile_sequences(HZ, corners=box_check.CORNERS[:2], push_s=2.5, rotate_s=0.75,
                                        saturate_s=2.0)  # fmt: skip
     seqs = [s for s in seqs if not s.name.startswith("chunk")] + [s for s in seqs if s.name.startswith("chunk")][:3]
     rows, counters = _hostile(edge.port, LOW, HIGH, seqs)
