@@ -179,7 +179,9 @@ def run_case(mode: str, rt: int, seconds: float, keys: Path | None, tmp: Path, a
             if mode == "half_open":  # fresh clients mid-attack, beside the controller (never blocking it)
                 prober = threading.Thread(target=probe, args=(daemon.port, keys, seconds, connects), daemon=True)
                 prober.start()
-            while all(a.poll() is None for a in atks) and time.monotonic() < end + 5:
+            # the controller steps until the attack and the fresh clients are done
+            while (all(a.poll() is None for a in atks) or (prober is not None and prober.is_alive())) \
+                    and time.monotonic() < end + 15:  # fmt: skip
                 s = time.monotonic()
                 try:
                     c.act(np.zeros(7, np.float32), timeout_s=1.0)

@@ -266,7 +266,7 @@ def test_half_open_connections_never_lock_out_an_authorised_client(tmp_path):
         rss0 = daemon.memory_info().rss
         lines0 = len(edge.log().splitlines())
         attacker = subprocess.Popen([sys.executable, "-m", "rlinf_user.edge.hostile", "half_open", str(port), "1500",
-                                     "6"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+                                     "8"], stdout=subprocess.PIPE, text=True)  # fmt: skip
         assert attacker.stdout.readline().strip() == "opened"
         connects, steps = [], 0
         next_probe = time.monotonic() + 0.5
@@ -291,7 +291,7 @@ def test_half_open_connections_never_lock_out_an_authorised_client(tmp_path):
     # the lock-out was total before (0 of 4 fresh clients answered); bench_edge_hostile.py
     # measures the time a fresh client takes, here a loaded CI machine gets some slack
     assert len(connects) >= 4 and max(connects) < 2.5, connects
-    assert steps >= 0.5 * HZ * 6, steps
+    assert steps >= 0.5 * HZ * 6, steps  # the attack lasts about 7 s after "opened"
     ingress = t["ingress"]
     assert ingress["failures"] == 0 and ingress["cut_pending"] > 0 and ingress["checks"] > 100, ingress
     log = edge.log_path.read_text()
