@@ -29,7 +29,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bench_tracking  # noqa: E402
-from machine import describe  # noqa: E402
+from machine import describe, franky_sim_footer  # noqa: E402
 
 from rlinf_user.edge import box_check  # noqa: E402
 
@@ -81,9 +81,7 @@ def write_markdown(result: dict, path: Path) -> None:
     lines.append("| box_exit events (daemon) | " + " | ".join(str((r['safety'] or {}).get('box_exit')) for _, r in cols) + " |")
     gaps = [max((s["face_gap_mm"] for s in r["sequences"] if s["face_gap_mm"] is not None), default=None) for _, r in cols]
     lines.append("| farthest a face push stopped from its face, mm | " + " | ".join(f"{g:.1f}" if g is not None else "" for g in gaps) + " |")
-    m = result["machine"]
-    lines += ["", f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}; franky-sim "
-              "runs its 1 kHz physics loop in Python on the same cores. The state is read once per control tick.", ""]  # fmt: skip
+    lines += ["", franky_sim_footer(result["machine"]) + " The state is read once per control tick.", ""]
     if "notes" in result:
         lines += [result["notes"], ""]
     path.write_text("\n".join(lines))

@@ -46,7 +46,7 @@ import zmq.auth
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from machine import describe  # noqa: E402
+from machine import describe, franky_sim_footer  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient, EdgeRefused, EdgeTimeout  # noqa: E402
 from rlinf_user.edge.procs import free_ports  # noqa: E402
@@ -246,9 +246,7 @@ def write_markdown(result: dict, path: Path) -> None:
             m = r["rss_mb"]
             lines.append(f"| {label} | {r.get('auth', 'curve')} | {r['realtime_priority'] or 'off'} | {r['fresh_client_connect_s']} | "
                          f"{m['before']} / {m['peak']} / {m['after']} | {r['log_lines_during']} |")  # fmt: skip
-    m = result["machine"]
-    lines += ["", f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}; franky-sim "
-              "runs its 1 kHz physics loop in Python on the same cores.", ""]  # fmt: skip
+    lines += ["", franky_sim_footer(result["machine"]), ""]
     path.write_text("\n".join(lines))
 
 

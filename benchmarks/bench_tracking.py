@@ -41,7 +41,7 @@ from scipy.spatial.transform import Rotation
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from machine import describe  # noqa: E402
+from machine import describe, franky_sim_footer  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient  # noqa: E402
 from rlinf_user.edge.procs import free_ports  # noqa: E402
@@ -290,9 +290,7 @@ def write_markdown(result: dict, path: Path) -> None:
                          f"{r['max_outside_mm']:.1f} | {_closest(r)} | {c.get('box_exit')} | "
                          f"{c.get('workspace')} | {c.get('lead')} |")  # fmt: skip
         lines += ["", f"Box {result['box'][0]['box'][0]} .. {result['box'][0]['box'][1]} (m, base frame)."]
-    m = result["machine"]
-    lines += ["", f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}; "
-              "franky-sim runs its 1 kHz physics loop in Python on the same cores.", ""]  # fmt: skip
+    lines += ["", franky_sim_footer(result["machine"]), ""]
     path.write_text("\n".join(lines))
 
 
