@@ -1,27 +1,31 @@
 """The algorithm interface and its registry.
 
-An algorithm owns a policy (built from the policy registry) and whatever else it trains
-(critics, temperature, optimisers). It declares how it consumes data:
+An algorithm is one room: its module holds its typed config (``config``, registered with
+Hydra as ``algo_schema/<name>`` by the registry entry that names it), the data it wants
+(:meth:`Algorithm.data_plan`), its own config checks (:meth:`Algorithm.problems`,
+:meth:`Algorithm.run_problems`), the per-sim tuning family it accepts (``tuning_family``)
+and which checkpoints it can resume (:meth:`Algorithm.resumes`). A plan is one of
 
-* ``replay``: batches sampled from the replay buffer, at most ``utd_ratio`` updates per
-  env step, demonstrations mixed in by ``demo_ratio`` (SAC, RLPD, CrossQ, SAC-Flow, BC);
-* ``on_policy``: ordered rollout segments, each step recorded with the policy version,
-  log-prob and value that produced it (PPO, GRPO).
+* :class:`ReplayPlan`: batches sampled from the replay buffer, at most ``utd_ratio`` updates
+  per env step, demonstrations mixed in by ``demo_ratio`` (SAC, RLPD, CrossQ, SAC-Flow, BC);
+* :class:`OnPolicyPlan`: ordered rollout segments, each step recorded with the policy
+  version, log-prob and value that produced it; the algorithm's own segment store turns
+  them into advantages (PPO's GAE, GRPO's groups).
 
-The learner role, env workers, rollout server and evaluation see only this interface and
-the policy interface (:mod:`rlinf_user.policies.base`). Adding an algorithm is one module
-here plus one config dataclass and YAML (see the README).
+The learner, env workers, compose and evaluation ask the algorithm and its plan; they never
+test its name or read its keys. Adding an algorithm is one module, one YAML and one entry
+in :data:`ALGORITHMS` (or a ``rlinf_user.algorithms`` entry point in another package).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
-from rlinf_user.config.algo import ALGO_CONFIGS
-from rlinf_user.env.spec import EnvSpec
+from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.base import CAPABILITIES, Policy, build_policy, policy_class
 from rlinf_user.registry import Registry
 
@@ -29,16 +33,46 @@ ALGORITHMS = Registry(
     "algorithm",
     {
         "sac": "rlinf_user.algorithms.sac:SAC",
-        "rlpd": "rlinf_user.algorithms.sac:SAC",
-        "crossq": "rlinf_user.algorithms.sac:SAC",
-        "sac_flow": "rlinf_user.algorithms.sac:SAC",
+        "rlpd": "rlinf_user.algorithms.sac:RLPD",
+        "crossq": "rlinf_user.algorithms.sac:CrossQ",
+        "sac_flow": "rlinf_user.algorithms.sac:SACFlow",
         "bc": "rlinf_user.algorithms.bc:BC",
         "ppo": "rlinf_user.algorithms.ppo:PPO",
-        "grpo": "rlinf_user.algorithms.ppo:PPO",
+        "grpo": "rlinf_user.algorithms.ppo:GRPO",
     },
+    entry_points="rlinf_user.algorithms",
 )
 
 REPLAY, ON_POLICY = "replay", "on_policy"
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """What an off-policy algorithm wants from the replay buffer."""
+
+    batch_size: int = 256
+    demo_ratio: float = 0.0  # share of every batch drawn from demonstrations (1.0: demonstrations only)
+    utd_ratio: float = 1.0  # updates per env step
+    learning_starts: int = 0  # env steps of uniformly random actions first
+    n_step: int = 1  # the buffer's n-step returns (per env stream)
+    gamma: float = 0.99  # their discount
+    paced: bool = False  # sim env workers wait while the learner is behind utd_ratio
+    bc_warmup_updates: int = 0  # clone the policy on the demonstrations before the first update
+    bc_warmup_lr: float = 1e-3
+
+    data_mode: ClassVar[str] = REPLAY
+
+
+@dataclass(frozen=True)
+class OnPolicyPlan:
+    """What an on-policy algorithm wants from the env workers."""
+
+    num_steps: int  # env steps per env in a round
+    sync: bool = True  # collect with version v, update, collect with v + 1
+    group_size: int = 0  # > 0: envs in groups that reset from one seed, updates on whole groups
+    per_action_credit: bool = False  # a chunk's actions keep their own rewards (Col.STEP_REWARDS)
+
+    data_mode: ClassVar[str] = ON_POLICY
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -52,6 +86,9 @@ class Algorithm:
 
     data_mode: ClassVar[str] = REPLAY
     requires: ClassVar[tuple[str, ...]] = ()
+    config: ClassVar[type]  # the typed config (Hydra's algo_schema/<name>)
+    tuning_family: ClassVar[str | None] = None  # the env's algo_tuning.<family> applies when none names it
+    resumes_from: ClassVar[tuple[str, ...]] = ()  # algorithms besides itself whose checkpoints it loads
     grad_world: int = 1  # > 1: a data-parallel replica (torch.distributed group joined)
 
     def __init__(self, cfg, policy: Policy, spec: EnvSpec, device: str | torch.device = "cpu"):
@@ -79,6 +116,26 @@ class Algorithm:
     def needs(cls, algo_cfg) -> tuple[str, ...]:
         """The policy capabilities this configuration of the algorithm uses."""
         return cls.requires
+
+    @classmethod
+    def data_plan(cls, algo_cfg) -> ReplayPlan | OnPolicyPlan:
+        """The data this configuration trains on (the runtime reads nothing else of it)."""
+        raise NotImplementedError(f"{cls.__name__} declares no data plan")
+
+    @classmethod
+    def run_problems(cls, cfg) -> list[str]:
+        """Why this run (envs, demonstrations, placement) cannot train with this algorithm,
+        beyond :meth:`problems`; checked at the command line."""
+        return []
+
+    @classmethod
+    def configure(cls, cfg) -> None:
+        """Settings of the rest of the run this configuration implies (called at compose)."""
+
+    @classmethod
+    def resumes(cls, trained: str) -> bool:
+        """Whether a checkpoint written by ``algo=trained`` can continue as this algorithm."""
+        return trained == cls.config.name or trained in cls.resumes_from
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:  # pragma: no cover
         raise NotImplementedError
@@ -130,6 +187,21 @@ class Algorithm:
         bad += [k for k, v in self.policy.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
         if bad:
             raise NonFiniteLoss(f"update {self.num_updates} of algo={self.cfg.name} produced NaN/Inf in {bad[:8]}: {metrics}")
+
+    def warm_start(self, batches) -> float:
+        """Behaviour-clone the policy on demonstration batches (``plan.bc_warmup_updates``)
+        before any RL update; returns the last loss."""
+        from rlinf_user.algorithms.bc import BC
+
+        bc = BC.for_policy(self.policy, lr=self.data_plan(self.cfg).bc_warmup_lr)
+        loss = float("nan")
+        for batch in batches:
+            loss = bc.step(batch[Col.OBS], batch[Col.ACTION])
+        self.after_warm_start()
+        return loss
+
+    def after_warm_start(self) -> None:
+        """The policy was trained outside this algorithm (the BC warm start)."""
 
     def policy_state(self) -> dict[str, torch.Tensor]:
         """CPU copy of the rollout policy's weights, for publication."""
@@ -196,6 +268,11 @@ def build_algorithm(algo_cfg, policy_cfg, spec: EnvSpec, device="cpu") -> Algori
 
 def check_algorithm(algo_cfg, policy_cfg, spec: EnvSpec | None = None) -> list[str]:
     """Config-time problems of this algorithm/policy pair (empty: fine)."""
-    if str(algo_cfg.name) not in ALGO_CONFIGS:
-        return [f"algo.name={algo_cfg.name!r}: available {', '.join(sorted(ALGO_CONFIGS))}"]
+    if str(algo_cfg.name) not in ALGORITHMS:
+        return [f"algo.name={algo_cfg.name!r}: available {', '.join(ALGORITHMS.names())}"]
     return algorithm_class(algo_cfg).problems(algo_cfg, policy_cfg, spec)
+
+
+def data_plan(algo_cfg) -> ReplayPlan | OnPolicyPlan:
+    """The data plan of the run's algorithm (see :meth:`Algorithm.data_plan`)."""
+    return algorithm_class(algo_cfg).data_plan(algo_cfg)

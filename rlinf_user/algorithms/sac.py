@@ -22,33 +22,141 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from rlinf_user.algorithms.augment import augment_obs
-from rlinf_user.algorithms.base import Algorithm
+from rlinf_user.algorithms.base import Algorithm, ReplayPlan
 from rlinf_user.env.spec import EnvSpec
 from rlinf_user.policies.actor_critic import CriticEnsemble
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class SACConfig:
+    """Off-policy actor-critic: SAC with critic ensembles and a bounded update-to-data ratio."""
+
+    name: str = "sac"
+    gamma: float = 0.9
+    # n-step returns: each target sums n rewards and bootstraps from the state n steps on
+    # (shorter at an episode's end); computed in the buffer per env stream, in the order it ran
+    n_step: int = 1
+    tau: float = 0.005
+    batch_size: int = 256
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    init_temperature: float = 1.0
+    target_entropy: float | None = None  # default -action_dim / 2
+    # the entropy bonus in the critic's target (SAC's soft value). false: the temperature
+    # acts on the actor only (as RLPD's and SERL's pick configs set it), so a sharp cloned
+    # policy's log-probs do not swamp a sparse reward in the Q-values
+    backup_entropy: bool = True
+    num_critics: int = 2
+    num_min_critics: int = 2  # REDQ-style random subset for the target min
+    utd_ratio: float = 1.0  # critic updates per env step (across all envs)
+    # sims: env workers wait while the learner is behind utd_ratio x env steps, so a sim
+    # faster than the learner gets the updates it would on a real robot (which cannot wait)
+    paced: bool = False
+    actor_update_every: int = 1  # critic:actor update ratio
+    learning_starts: int = 1000  # env steps of uniformly random actions first
+    critic_layer_norm: bool = False
+    batch_norm: bool = False  # CrossQ: batch-renorm critics, no target network
+    demo_ratio: float = 0.0  # fraction of each batch drawn from demos (RLPD: 0.5)
+    bc_warmup_updates: int = 0  # behaviour-clone the actor on demos=... before RL starts
+    # TD3+BC: the actor loss adds bc_weight x the squared distance of its action to the
+    # demonstrated one on each batch's demo rows, and its Q term is divided by the batch's
+    # mean |Q| (TD3+BC's alpha = 2.5 is bc_weight = 0.4); needs demo_ratio > 0
+    bc_weight: float = 0.0
+    # critic-only updates first: the actor (a cloned policy, say) is held until the critic
+    # has learned what it is worth, so its first gradients are not an untrained critic's
+    critic_warmup_updates: int = 0
+    # one encoder for actor and critics, trained by the critic loss (DrQ/SERL). false: the
+    # critics train their own copy and the actor's encoder learns from the actor loss and
+    # the BC warm start, so TD updates cannot move the features a cloned actor acts on
+    shared_encoder: bool = True
+    # how the actor learns from the critics. "reparam": SAC's, through the critic's gradient
+    # in the action. "awac": advantage-weighted likelihood of the batch's own actions (Nair
+    # et al. 2020): weights exp(A / (awac_beta x std A)), A = Q(s, a) - Q(s, pi(s)), capped
+    # at awac_max_weight; the actor never follows the critic's action-gradient, only ranks
+    # actions it has seen (demos and its own), which keeps a cloned policy from drifting
+    actor_loss: str = "reparam"
+    awac_beta: float = 0.5
+    awac_max_weight: float = 20.0
+    drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
+    grad_clip: float = 0.0
+    reward_scale: float = 1.0
+
+
+@dataclass
+class RLPDConfig(SACConfig):
+    """RLPD (Ball et al. 2023): LayerNorm critics, a 10-critic ensemble with a random
+    2-critic target min, half of every batch from the demonstrations."""
+
+    name: str = "rlpd"
+    num_critics: int = 10
+    critic_layer_norm: bool = True
+    demo_ratio: float = 0.5
+
+
+@dataclass
+class CrossQConfig(SACConfig):
+    """CrossQ (Bhatt et al. 2024): batch-renormalised critics, no target networks."""
+
+    name: str = "crossq"
+    batch_norm: bool = True
+    actor_update_every: int = 3
+
+
+@dataclass
+class SACFlowConfig(SACConfig):
+    """SAC over a flow policy (SAC-Flow, arXiv 2509.25756): the velocity network's
+    K-step rollout is the reparameterised actor; its log-prob comes from the noisy
+    sequential formulation (see :mod:`rlinf_user.policies.flow`)."""
+
+    name: str = "sac_flow"
+    target_entropy: float | None = 0.0  # SAC-Flow's: the chain's log-prob is not a marginal's
+    init_temperature: float = 0.2
+
+
 class SAC(Algorithm):
+    config = SACConfig
+    tuning_family = "sac"
+    resumes_from = ("sac", "rlpd", "crossq")  # the same networks; only the recipe differs
     requires = ("reparameterised sampling with log-prob",)
+    trains_flow: ClassVar[bool] = False  # SAC-Flow: the policy is a flow (policy=flow)
+
+    @classmethod
+    def data_plan(cls, algo_cfg) -> ReplayPlan:
+        return ReplayPlan(
+            batch_size=int(algo_cfg.batch_size), demo_ratio=float(algo_cfg.demo_ratio), utd_ratio=float(algo_cfg.utd_ratio),
+            learning_starts=int(algo_cfg.learning_starts), n_step=int(algo_cfg.n_step), gamma=float(algo_cfg.gamma),
+            paced=bool(algo_cfg.paced), bc_warmup_updates=int(algo_cfg.bc_warmup_updates or 0),
+            bc_warmup_lr=float(algo_cfg.actor_lr),
+        )  # fmt: skip
+
+    @classmethod
+    def run_problems(cls, cfg) -> list[str]:
+        if float(cfg.algo.bc_weight or 0.0) > 0 and float(cfg.algo.demo_ratio) <= 0:
+            return [f"algo.bc_weight={cfg.algo.bc_weight} pulls the actor towards the demo rows of each batch, "
+                    "but algo.demo_ratio=0 draws none: set algo.demo_ratio (e.g. 0.5) and demos=<path>"]  # fmt: skip
+        return []
 
     @classmethod
     def problems(cls, algo_cfg, policy_cfg, spec=None) -> list[str]:
         out = super().problems(algo_cfg, policy_cfg, spec)
-        if str(algo_cfg.name) == "sac_flow" and str(policy_cfg.name) != "flow":
-            out.append(f"algo=sac_flow trains a flow policy: set policy=flow (policy={policy_cfg.name})")
+        if cls.trains_flow and str(policy_cfg.name) != "flow":
+            out.append(f"algo={algo_cfg.name} trains a flow policy: set policy=flow (policy={policy_cfg.name})")
         if int(algo_cfg.get("n_step", 1)) < 1:
             out.append(f"algo.n_step={algo_cfg.n_step}: n-step returns need n >= 1 (1: one-step targets)")
         if int(algo_cfg.get("critic_warmup_updates", 0)) < 0:
             out.append(f"algo.critic_warmup_updates={algo_cfg.critic_warmup_updates} must be >= 0")
-        if str(algo_cfg.name) != "sac_flow" and str(policy_cfg.name) == "flow":
+        if not cls.trains_flow and str(policy_cfg.name) == "flow":
             out.append(f"policy=flow is trained by SAC through algo=sac_flow (algo={algo_cfg.name})")
         actor_loss = str(algo_cfg.get("actor_loss", "reparam"))
         if actor_loss not in ("reparam", "awac"):
@@ -61,7 +169,7 @@ class SAC(Algorithm):
 
     def __init__(self, algo_cfg, policy, spec: EnvSpec, device="cpu"):
         super().__init__(algo_cfg, policy, spec, device)
-        self.crossq = algo_cfg.name == "crossq" or bool(algo_cfg.batch_norm)
+        self.crossq = bool(algo_cfg.batch_norm)
         hidden = list(getattr(policy, "hidden", None) or [256, 256])  # critics as wide as the actor
         self.critic = CriticEnsemble(
             policy.encoder.out_dim,
@@ -94,6 +202,9 @@ class SAC(Algorithm):
             if m is not None:
                 m.to(self.device)
         self.log_alpha.data = self.log_alpha.data.to(self.device)
+
+    def after_warm_start(self) -> None:
+        self.sync_encoders()
 
     def sync_encoders(self) -> None:
         """After the policy's encoder was trained outside this algorithm (the BC warm start):
@@ -267,3 +378,17 @@ class SAC(Algorithm):
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])
         self.num_updates = int(state["num_updates"])
+
+
+class RLPD(SAC):
+    config = RLPDConfig
+
+
+class CrossQ(SAC):
+    config = CrossQConfig
+
+
+class SACFlow(SAC):
+    config = SACFlowConfig
+    resumes_from = ()
+    trains_flow = True

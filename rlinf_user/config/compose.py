@@ -22,12 +22,20 @@ class ConfigError(ValueError):
 
 
 def _register() -> None:
-    from rlinf_user.config.algo import ALGO_CONFIGS
+    """Every algorithm's typed config as ``algo_schema/<name>`` (``configs/algo/<name>.yaml``
+    pulls it in); an algorithm without a YAML of its own (a plugin's) is ``algo/<name>``."""
+    from importlib.resources import files
+
+    from rlinf_user.algorithms.base import ALGORITHMS
 
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
-    for name, schema in ALGO_CONFIGS.items():  # configs/algo/<name>.yaml pulls in its schema
+    yamls = files(CONFIG_MODULE).joinpath("algo")
+    for name in ALGORITHMS.names():
+        schema = ALGORITHMS.get(name).config
         cs.store(group="algo_schema", name=name, node=schema)
+        if not yamls.joinpath(f"{name}.yaml").is_file():
+            cs.store(group="algo", name=name, node=schema)
 
 
 def compose_config(
@@ -51,21 +59,22 @@ def compose_config(
     finally:
         GlobalHydra.instance().clear()
     _apply_tuning(cfg, ov)
-    if cfg.algo.get("credit") == "action":  # the policy's value head then has one output per action
-        cfg.policy.value_per_action = True
+    from rlinf_user.algorithms.base import algorithm_class
+
+    algorithm_class(cfg.algo).configure(cfg)
     return cfg
 
 
-FAMILIES = {"sac": "sac", "rlpd": "sac", "crossq": "sac", "sac_flow": "sac", "ppo": "ppo", "grpo": "ppo"}
-
-
 def _apply_tuning(cfg: DictConfig, overrides: Sequence[str]) -> None:
-    """The env's ``algo_tuning`` for this algorithm (its own name first, then its family),
-    and its ``policy_defaults`` unless the command line picks a policy, except keys the
-    command line sets."""
+    """The env's ``algo_tuning`` for this algorithm (its own name first, then the tuning
+    family the algorithm accepts), and its ``policy_defaults`` unless the command line
+    picks a policy, except keys the command line sets."""
+    from rlinf_user.algorithms.base import algorithm_class
+
     name = str(cfg.algo.name)
+    family = algorithm_class(cfg.algo).tuning_family or name
     tuning = cfg.get("algo_tuning") or {}
-    tuned = tuning.get(name, tuning.get(FAMILIES.get(name, name))) or {}
+    tuned = tuning.get(name, tuning.get(family)) or {}
     given = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
     for key, value in tuned.items():
         if f"algo.{key}" in given:
@@ -73,7 +82,7 @@ def _apply_tuning(cfg: DictConfig, overrides: Sequence[str]) -> None:
         try:
             cfg.algo[key] = value
         except Exception as err:  # noqa: BLE001 - omegaconf raises several kinds
-            raise ConfigError(f"algo_tuning.{FAMILIES.get(name, name)}.{key}: not a key of algo={name} ({err})") from err
+            raise ConfigError(f"algo_tuning.{family}.{key}: not a key of algo={name} ({err})") from err
     if "policy" not in given:
         for key, value in (cfg.get("policy_defaults") or {}).items():
             if f"policy.{key}" in given:
@@ -122,42 +131,17 @@ def validate(cfg: DictConfig) -> None:
 
     if not 0 <= int(cfg.seed) < MAX_RUN_SEED:
         raise ConfigError(f"seed={cfg.seed}: use 0 <= seed < {MAX_RUN_SEED:,} (larger seeds are evaluation's held-out range)")
-    from rlinf_user.algorithms.base import check_algorithm
+    from rlinf_user.algorithms.base import REPLAY, algorithm_class, check_algorithm
 
     problems = check_algorithm(cfg.algo, cfg.policy)
+    algo = algorithm_class(cfg.algo) if not problems else None
+    problems = problems or algo.run_problems(cfg)
     if problems:
         raise ConfigError("; ".join(problems))
-    _check_on_policy(cfg)
-    credit = cfg.algo.get("credit", "chunk")
-    if credit not in ("chunk", "action"):
-        raise ConfigError(f"algo.credit={credit!r}: chunk or action")
-    if credit == "action" and (cfg.algo.name != "ppo" or cfg.policy.name not in ("pi0", "lite_vla", "token_vla")):
-        raise ConfigError(
-            f"algo.credit=action needs algo=ppo and a VLA's value head (policy=pi0, lite_vla or token_vla); "
-            f"this run has algo={cfg.algo.name} policy={cfg.policy.name}"
-        )
-    if cfg.algo.get("paced", False) and (cfg.env.get("kind") == "robot" or cfg.get("fleet")):
-        raise ConfigError("algo.paced=true makes env workers wait for the learner: a simulator in the worker can, a robot or a fleet member behind its edge daemon cannot")
+    plan = algo.data_plan(cfg.algo)
+    if plan.data_mode == REPLAY:
+        _check_replay(cfg, plan)
     iv = cfg.get("intervention")
-    human_demos = bool(iv is not None and iv.enabled and iv.to_demos)
-    demo_ratio = float(cfg.algo.get("demo_ratio", 0.0))
-    hg = cfg.get("hg_dagger")
-    if cfg.algo.name == "bc" and not cfg.demos and not (hg is not None and hg.get("synthetic_human")):
-        raise ConfigError("algo=bc trains on demonstrations: give demos=<dataset>")
-    if float(cfg.algo.get("bc_weight", 0.0) or 0.0) > 0 and demo_ratio <= 0:
-        raise ConfigError(f"algo.bc_weight={cfg.algo.bc_weight} pulls the actor towards the demo rows of each batch, "
-                          "but algo.demo_ratio=0 draws none: set algo.demo_ratio (e.g. 0.5) and demos=<path>")
-    if demo_ratio > 0 and not cfg.demos and not human_demos:
-        raise ConfigError(
-            f"algo.demo_ratio={demo_ratio} mixes demonstrations into every batch, "
-            "but no demos=<path> was given (or set algo.demo_ratio=0)"
-        )
-    if human_demos and demo_ratio <= 0:
-        raise ConfigError(
-            "intervention.to_demos=true samples the human's interventions as demonstrations, "
-            "which needs algo.demo_ratio > 0 (e.g. algo=rlpd, or algo.demo_ratio=0.5); "
-            "or set intervention.to_demos=false"
-        )
     if iv is not None and iv.synthetic_human and not iv.enabled:
         raise ConfigError("intervention.synthetic_human=true needs intervention.enabled=true")
     if iv is not None and iv.synthetic_human and not (
@@ -241,41 +225,23 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(str(err)) from err
 
 
-def _check_on_policy(cfg: DictConfig) -> None:
-    """On-policy algorithms: envs that fit their groups, no human data paths."""
-    from rlinf_user.algorithms.base import ON_POLICY, algorithm_class
-
-    if algorithm_class(cfg.algo).data_mode != ON_POLICY:
-        return
-    name = cfg.algo.name
-    if cfg.demos:
-        raise ConfigError(f"algo={name} learns on-policy from its own rollouts: demos= is not used (use algo=rlpd or bc)")
+def _check_replay(cfg: DictConfig, plan) -> None:
+    """Replay algorithms: demonstrations where the plan mixes them in, pacing only in a sim."""
+    if plan.paced and (cfg.env.get("kind") == "robot" or cfg.get("fleet")):
+        raise ConfigError("algo.paced=true makes env workers wait for the learner: a simulator in the worker can, a robot or a fleet member behind its edge daemon cannot")
     iv = cfg.get("intervention")
-    if iv is not None and iv.enabled:
-        raise ConfigError(f"algo={name}: human interventions need an off-policy algorithm (algo=rlpd, sac)")
-    if name == "grpo":
-        g = int(cfg.algo.group_size)
-        sizes = [int(m.get("envs_per_worker", 1)) for m in (cfg.get("fleet") or [])] or [int(cfg.placement.envs_per_worker)]
-        bad = [n for n in sizes if g < 1 or n % g]
-        if bad:
-            raise ConfigError(
-                f"algo.group_size={g} must divide the envs of every worker (placement.envs_per_worker={sizes[0]}): "
-                f"GRPO compares episodes that start from the same reset seed within a worker"
-            )
-        env = cfg.get("env")
-        if env is not None and env.get("reward") == "dense":
-            steps = int(env.max_episode_steps)
-            gamma = float(cfg.algo.get("gamma", 1.0))
-            episode = cfg.algo.get("baseline", "step") == "episode" or gamma >= 1.0
-            horizon = steps if episode else min(steps, round(1.0 / (1.0 - gamma)))
-            if float(env.get("success_bonus") or 0) < horizon:
-                log.warning(
-                    "algo=grpo scores %s: with a dense reward and success ending the episode, hovering near the "
-                    "goal for %d steps can out-score succeeding; set env.success_bonus to at least that many "
-                    "times the largest per-step reward (env.success_bonus=%d for rewards in [0, 1])",
-                    "whole undiscounted episodes" if episode else f"rewards-to-go discounted by gamma={gamma}",
-                    horizon, horizon,
-                )  # fmt: skip
+    human_demos = bool(iv is not None and iv.enabled and iv.to_demos)
+    if 0 < plan.demo_ratio < 1 and not cfg.demos and not human_demos:
+        raise ConfigError(
+            f"algo.demo_ratio={plan.demo_ratio} mixes demonstrations into every batch, "
+            "but no demos=<path> was given (or set algo.demo_ratio=0)"
+        )
+    if human_demos and plan.demo_ratio <= 0:
+        raise ConfigError(
+            "intervention.to_demos=true samples the human's interventions as demonstrations, "
+            "which needs algo.demo_ratio > 0 (e.g. algo=rlpd, or algo.demo_ratio=0.5); "
+            "or set intervention.to_demos=false"
+        )
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -318,7 +318,7 @@ class CalibrationConfig:
 @dataclass
 class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
-    algo: Any = None  # one of rlinf_user.config.algo's dataclasses, picked by algo=<name>
+    algo: Any = None  # the typed config of the algorithm algo=<name> picks (its module's `config`)
     # an env's tuning per algorithm family ({sac: {gamma: 0.9}, ppo: {...}}), set by sim/ and
     # robot/ configs and applied to `algo` unless the command line sets the same key
     algo_tuning: dict[str, Any] = field(default_factory=dict)

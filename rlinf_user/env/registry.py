@@ -1,41 +1,33 @@
-"""Name -> backend lookup. Backends are imported only when asked for (no import side effects)."""
+"""Name -> env backend (:data:`SIMS`, :data:`ROBOTS`, plugins by entry point), imported
+only when asked for (no import side effects)."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from rlinf_user.env.base import ContractEnv
+from rlinf_user.registry import Registry
 
-SIM_BACKENDS: dict[str, str] = {
-    "maniskill": "rlinf_user.sims.maniskill:ManiSkillEnv",
-    "gym_hil": "rlinf_user.sims.gym_hil:GymHilEnv",
-    "robosuite": "rlinf_user.sims.robosuite:RobosuiteEnv",
-    "reach": "rlinf_user.sims.reach:ReachEnv",
-}
-ROBOT_BACKENDS: dict[str, str] = {
+SIMS = Registry(
+    "sim",
+    {
+        "maniskill": "rlinf_user.sims.maniskill:ManiSkillEnv",
+        "gym_hil": "rlinf_user.sims.gym_hil:GymHilEnv",
+        "robosuite": "rlinf_user.sims.robosuite:RobosuiteEnv",
+        "reach": "rlinf_user.sims.reach:ReachEnv",
+    },
+    entry_points="rlinf_user.sims",
+)
+ROBOTS = Registry(
     # any robot (or served simulator) behind `rlinf-user edge`; the name picks the defaults
-    "franka": "rlinf_user.env.remote:RemoteRobotEnv",
-}
-
-
-class UnknownBackendError(KeyError):
-    def __str__(self) -> str:  # KeyError quotes its message otherwise
-        return str(self.args[0])
-
-
-def _load(path: str) -> type[ContractEnv]:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
+    "robot",
+    {"franka": "rlinf_user.env.remote:RemoteRobotEnv"},
+    entry_points="rlinf_user.robots",
+)
 
 
 def backend_class(kind: str, name: str) -> type[ContractEnv]:
-    table = SIM_BACKENDS if kind == "sim" else ROBOT_BACKENDS
-    if name not in table:
-        raise UnknownBackendError(
-            f"unknown {kind} {name!r}; available: {', '.join(sorted(table))}"
-        )
-    return _load(table[name])
+    return (SIMS if kind == "sim" else ROBOTS).get(name)
 
 
 def make_env(env_cfg: Any, seed: int | None = None) -> ContractEnv:
@@ -54,7 +46,7 @@ def make_env(env_cfg: Any, seed: int | None = None) -> ContractEnv:
 
 
 def validate_env_config(env_cfg: Any) -> None:
-    """Raise ``ValueError``/``UnknownBackendError`` for a bad backend, task or option,
+    """Raise ``ValueError``/``UnknownNameError`` for a bad backend, task or option,
     without building the env (used at the command line before any process starts)."""
     from rlinf_user.env.crops import parse_crops
 

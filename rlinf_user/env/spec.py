@@ -51,8 +51,13 @@ class Col:
     GROUP = "group"  # reset-seed group of the episode (GRPO)
     STEP_REWARDS = "step_rewards"  # action-level credit: each executed action's reward (rows x H)
     CHUNK_STEPS = "chunk_steps"  # action-level credit: actions of the row's chunk that ran
+    # added by the learner's side, never sent by an env worker
+    ADVANTAGE = "advantage"  # on-policy credit (GAE, GRPO's group scores)
+    RETURN = "return"  # the value target that goes with it
+    DISCOUNT = "discount"  # n-step replay: the bootstrap's factor gamma^k (0 after a terminal state)
+    FROM_DEMOS = "from_demos"  # replay: the row was drawn on the demonstrations' side of the batch
 
-    REQUIRED = ("obs/state", "next_obs/state", "action", "reward", "terminated")
+    REQUIRED = (f"{OBS}/{STATE}", f"{NEXT_OBS}/{STATE}", ACTION, REWARD, TERMINATED)
 
     @staticmethod
     def state(prefix: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_user.algorithms.base import ALGORITHMS
+from rlinf_user.algorithms.bc import BC
 from rlinf_user.policies.base import build_policy
 from rlinf_user.runtime.learner import as_spec
 from rlinf_user.runtime.weights import WeightPublisher
@@ -44,7 +44,7 @@ class BCLearner:
         self.spec = spec = as_spec(spec)
         self.device = torch.device(device)
         self.policy = build_policy(policy_cfg, spec).to(self.device)
-        self.bc = ALGORITHMS.get("bc").for_policy(self.policy, lr=lr)
+        self.bc = BC.for_policy(self.policy, lr=lr)
         self.weight_store = weight_store
         self.batch_size = batch_size
         self.publish_every = publish_every

@@ -41,12 +41,6 @@ def rollout_enabled(cfg) -> bool:
     return bool(ro is not None and ro.get("enabled", False))
 
 
-def on_policy(cfg) -> bool:
-    from rlinf_user.algorithms.base import ON_POLICY, algorithm_class
-
-    return algorithm_class(cfg.algo).data_mode == ON_POLICY
-
-
 class EnvWorker:
     """Steps one member's envs (see :mod:`rlinf_user.runtime.fleet`). Its observations and
     actions are adapted to the learner's spec (``fleet_spec``); without one given, the
@@ -91,11 +85,14 @@ class EnvWorker:
         self.rollout_dead = False
         self.version = -1  # the policy version of the latest actions
         self.min_version: int | None = None  # a synchronous round's policy version
-        self.on_policy = on_policy(cfg)
-        # GRPO: a training worker's envs in groups of group_size; the k-th episode of every
-        # env in a group resets from the same seed (evaluation draws its own seeds)
-        grouped = cfg.algo.name == "grpo" and worker_id != EVAL_WORKER_ID
-        self.group_size = int(cfg.algo.group_size) if grouped else 0
+        from rlinf_user.algorithms.base import ON_POLICY, data_plan
+
+        plan = data_plan(cfg.algo)
+        self.on_policy = plan.data_mode == ON_POLICY
+        # grouped credit (GRPO): a training worker's envs in groups of group_size; the k-th
+        # episode of every env in a group resets from the same seed (evaluation draws its own)
+        grouped = self.on_policy and worker_id != EVAL_WORKER_ID
+        self.group_size = plan.group_size if grouped else 0
         if self.group_size and n % self.group_size:
             raise ValueError(f"algo.group_size={self.group_size} does not divide this worker's {n} envs")
         # ... and a group's envs run their episodes in lock-step: an env whose episode ended
@@ -126,8 +123,7 @@ class EnvWorker:
         self.planners: list = [None] * num  # robot envs that run whole chunks (see attach)
         self.to_plan: dict[int, np.ndarray] = {}  # new chunks for them, sent once this step's actor is known
         self.lookahead = 0  # steps left in a chunk when the next one is asked for
-        credit_per_action = cfg.algo.get("credit", "chunk") == "action"
-        self.decisions = DecisionRows(num, credit_per_action) if self.on_policy else None  # on-policy: a row per chunk
+        self.decisions = DecisionRows(num, plan.per_action_credit) if self.on_policy else None  # on-policy: a row per chunk
         self.pending: list[dict[str, np.ndarray]] = []  # one entry of columns per step
         self.pending_rows = 0
         self.rows_sent = 0  # rows produced (on-policy: one per decision, a chunk's steps in one)

@@ -1,12 +1,12 @@
 """Learner role: an algorithm from the registry fed by its data source, versioned
 weight publication and atomic checkpoints.
 
-The algorithm declares its data mode (:mod:`rlinf_user.algorithms.base`):
+The algorithm declares its data plan (:mod:`rlinf_user.algorithms.base`):
 
-* ``replay``: batches from the replay buffer (in this process when collocated, the replay
-  actor otherwise) at a bounded update-to-data ratio, demonstrations mixed in;
-* ``on_policy``: ordered segments from the env workers (:mod:`rlinf_user.data.segments`);
-  one policy iteration per ``train`` call once a rollout's worth of rows is here.
+* a replay plan: batches from the replay buffer (in this process when collocated, the
+  replay actor otherwise) at a bounded update-to-data ratio, demonstrations mixed in;
+* an on-policy plan: ordered segments from the env workers in the algorithm's own segment
+  store; one policy iteration per ``train`` call once a rollout's worth of rows is here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_user.algorithms.base import ALGORITHMS, ON_POLICY, build_algorithm
+from rlinf_user.algorithms.base import ON_POLICY, algorithm_class, build_algorithm
 from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.runtime.device_batches import device_batches, replay_batch
 from rlinf_user.runtime.ordered_sink import SenderOrder
@@ -53,12 +53,13 @@ class Learner:
         self.spec = as_spec(spec)
         self.device = resolve_device(cfg.placement.learner_device)
         self.algo = build_algorithm(cfg.algo, cfg.policy, self.spec, self.device)
-        self.on_policy = self.algo.data_mode == ON_POLICY
-        algo = cfg.algo
-        self.batch_size = int(algo.get("batch_size", 256))
-        self.demo_ratio = 1.0 if algo.name == "bc" else float(algo.get("demo_ratio", 0.0))
-        self.utd_ratio = float(algo.get("utd_ratio", algo.get("updates_per_step", 1.0)))
-        self.learning_starts = int(algo.get("learning_starts", 0))
+        self.plan = self.algo.data_plan(cfg.algo)
+        self.on_policy = self.plan.data_mode == ON_POLICY
+        if not self.on_policy:
+            self.batch_size = self.plan.batch_size
+            self.demo_ratio = self.plan.demo_ratio
+            self.utd_ratio = self.plan.utd_ratio
+            self.learning_starts = self.plan.learning_starts
         self.run_dir = Path(run_dir)
         self.weight_store = weight_store
         self.version = -1
@@ -70,11 +71,7 @@ class Learner:
         self.segments = None
         self.on_policy_stats = {"updates": 0, "rows_trained": 0, "max_policy_lag": 0}
         if self.on_policy:
-            from rlinf_user.data.segments import OnPolicyStore
-
-            group = int(algo.group_size) if algo.name == "grpo" else None
-            baseline = str(algo.get("baseline", "episode")) if group else "episode"
-            self.segments = OnPolicyStore(algo.gamma, algo.gae_lambda, group, algo.reward_scale, baseline)
+            self.segments = self.algo.segment_store()
         elif replay is None:  # collocated: the buffer lives in this process
             from rlinf_user.policies.frame_features import frame_feature_settings
             from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos, reward_settings
@@ -90,8 +87,8 @@ class Learner:
                 segment_mb=float(cfg.buffer.get("segment_mb", 256.0)),
                 reward=reward_settings(cfg),
                 instruction=bool(self.spec.instruction),
-                nstep=int(algo.get("n_step", 1)),
-                gamma=float(algo.get("gamma", 0.99)),
+                nstep=self.plan.n_step,
+                gamma=self.plan.gamma,
                 frame_features=frame_feature_settings(cfg),
             )
         else:
@@ -100,9 +97,9 @@ class Learner:
         self._publisher = None
         self.update_time = 0.0
         self.bc_warmup_loss: float | None = None
-        warm = int(algo.get("bc_warmup_updates", 0) or 0) > 0
-        if cfg.demos and warm and not cfg.resume and not recovering:
-            self.bc_warmup(int(algo.bc_warmup_updates))
+        warm = 0 if self.on_policy else self.plan.bc_warmup_updates
+        if cfg.demos and warm > 0 and not cfg.resume and not recovering:
+            self.bc_warmup(warm)
         self.dp = None
         replicas = int(cfg.placement.get("learner_replicas", 1) or 1)
         if replicas > 1:  # data-parallel: this is rank 0 (see rlinf_user.runtime.data_parallel)
@@ -113,25 +110,27 @@ class Learner:
     def bc_warmup(self, updates: int) -> float:
         """Behaviour-clone the policy on the demonstrations before any RL update, so the
         first published policy already does what the demonstrator did."""
-        bc = ALGORITHMS.get("bc").for_policy(self.algo.policy, lr=float(self.cfg.algo.get("actor_lr", 1e-3)))
-        loss = float("nan")
-        for _ in range(updates):
-            if self.local_replay is not None:
-                flat = self.local_replay.sample_demos(self.batch_size)
-            else:
-                import ray
+        first = self._sample_demos()
+        if first is None:
+            log.warning("bc_warmup_updates set but no demonstrations were loaded")
+            return float("nan")
 
-                flat = ray.get(self.remote_replay.sample_demos.remote(self.batch_size))
-            if flat is None:
-                log.warning("bc_warmup_updates set but no demonstrations were loaded")
-                return loss
-            batch = replay_batch(flat, self.spec, self.device)
-            loss = bc.step(batch[Col.OBS], batch[Col.ACTION])
+        def batches():
+            yield replay_batch(first, self.spec, self.device)
+            for _ in range(updates - 1):
+                yield replay_batch(self._sample_demos(), self.spec, self.device)
+
+        loss = self.algo.warm_start(batches())
         log.info("BC warm start: %d updates on the demonstrations, final loss %.4f", updates, loss)
-        if hasattr(self.algo, "sync_encoders"):  # the critics' (target) encoder starts from the clone's
-            self.algo.sync_encoders()
         self.bc_warmup_loss = loss
         return loss
+
+    def _sample_demos(self) -> dict[str, np.ndarray] | None:
+        if self.local_replay is not None:
+            return self.local_replay.sample_demos(self.batch_size)
+        import ray
+
+        return ray.get(self.remote_replay.sample_demos.remote(self.batch_size))
 
     def recover(self, checkpoint: str | None, version_floor: int) -> dict[str, Any]:
         """After a crash: the latest checkpoint (if any), and versions continuing above
@@ -180,7 +179,7 @@ class Learner:
 
     def _sample(self, num_batches: int) -> dict[str, np.ndarray]:
         bs, ratio = self.batch_size, self.demo_ratio
-        if ratio >= 1.0:  # demonstrations only (algo=bc)
+        if ratio >= 1.0:  # demonstrations only (behaviour cloning)
             if self.local_replay is not None:
                 draws = [self.local_replay.sample_demos(bs) for _ in range(num_batches)]
             else:
@@ -188,7 +187,7 @@ class Learner:
 
                 draws = ray.get([self.remote_replay.sample_demos.remote(bs) for _ in range(num_batches)])
             if draws[0] is None:
-                raise RuntimeError("algo=bc trains on demonstrations: give demos=<dataset>")
+                raise RuntimeError(f"algo={self.cfg.algo.name} trains on demonstrations only: give demos=<dataset>")
             return {k: np.stack([d[k] for d in draws]) for k in draws[0]}
         if self.local_replay is not None:
             return self.local_replay.sample(bs, num_batches, ratio)
@@ -275,7 +274,7 @@ class Learner:
         dt = time.perf_counter() - t0
         self.update_time += dt
         return {"updates": 1, "seconds": dt, "num_updates": self.algo.num_updates, "version": self.version,
-                "policy_lag_mean": float(lags.mean()), "advantage_mean": float(batch["advantage"].mean()), **metrics}  # fmt: skip
+                "policy_lag_mean": float(lags.mean()), "advantage_mean": float(batch[Col.ADVANTAGE].mean()), **metrics}  # fmt: skip
 
     # -- checkpoints ------------------------------------------------------------------------
     def save_checkpoint(self, env_steps: int, extra: dict[str, Any] | None = None) -> str:
@@ -308,8 +307,8 @@ class Learner:
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         state = torch.load(path, map_location=self.device, weights_only=True)
-        trained = str(state.get("algo", "sac"))
-        if trained != str(self.cfg.algo.name) and {trained, str(self.cfg.algo.name)} - {"sac", "rlpd", "crossq"}:
+        trained = str(state.get("algo", ""))
+        if not algorithm_class(self.cfg.algo).resumes(trained):
             raise ValueError(f"{path} was trained by algo={trained}; this run is algo={self.cfg.algo.name}")
         self.algo.load_checkpoint_state(state["agent"])
         if self.dp is not None:

@@ -156,15 +156,17 @@ def streaming_loop(tr, sched: Schedule) -> str:
     # 1 + max_policy_lag rounds collected under one policy version. Without that bound a slow
     # learner fell behind: rows went stale and were dropped (env steps lost), or one update
     # took in the whole run. GRPO's groups finish only with whole episodes: not paced.
-    paced_rounds = tr.on_policy and not cfg.algo.get("group_size")
-    steps_per_call = int(cfg.algo.num_steps) if paced_rounds else ROLLOUT_STEPS
+    plan = tr.data_plan
+    paced_rounds = tr.on_policy and not plan.group_size
+    steps_per_call = plan.num_steps if paced_rounds else ROLLOUT_STEPS
     in_flight = 1 if paced_rounds else ROLLOUTS_IN_FLIGHT
     lag = cfg.placement.get("max_policy_lag")
     round_cap = (1 + (1 if lag is None else int(lag))) * tr.rows_per_round() if paced_rounds else 0
     version_mark = {"version": p.version, "steps": p.env_steps}
+    learning_starts = 0 if tr.on_policy else plan.learning_starts
 
     def rollout(slot):
-        random = p.env_steps < int(cfg.algo.get("learning_starts", 0)) and not cfg.resume
+        random = p.env_steps < learning_starts and not cfg.resume
         return slot.actor.rollout.remote(steps_per_call, random)
 
     def queue(slot, n: int = in_flight) -> None:
@@ -176,9 +178,9 @@ def streaming_loop(tr, sched: Schedule) -> str:
 
     # algo.paced: a worker's next rollout waits while the learner is more than one round
     # of rollouts behind its update-to-data ratio
-    paced = not tr.on_policy and bool(cfg.algo.get("paced", False))
-    utd = max(float(cfg.algo.get("utd_ratio", 1.0)), 1e-9)
-    slack = int(cfg.algo.get("learning_starts", 0)) + TRAIN_CALL_UPDATES / utd
+    paced = not tr.on_policy and plan.paced
+    utd = 1.0 if tr.on_policy else max(plan.utd_ratio, 1e-9)
+    slack = learning_starts + TRAIN_CALL_UPDATES / utd
     slack += ROLLOUT_STEPS * int(cfg.placement.envs_per_worker) * len(pool.slots)
     waiting: set[int] = set()  # workers whose next rollout waits for the learner
 
@@ -250,7 +252,7 @@ def sync_on_policy_loop(tr, sched: Schedule) -> str:
     import ray
 
     cfg, p, pool = tr.cfg, tr.progress, tr.pool
-    steps = int(cfg.algo.num_steps)
+    steps = tr.data_plan.num_steps
     while p.env_steps < cfg.total_env_steps:
         calls = {slot.actor.rollout.remote(steps, False, p.version): slot for slot in pool.running()}
         if not calls:
@@ -271,8 +273,8 @@ def sync_on_policy_loop(tr, sched: Schedule) -> str:
         if lost:
             tr._rollout_lost()
         pool.arrivals()  # workers back from a lost node take part in the next round
-        if rows:  # GRPO updates on the groups whose episodes have all ended
-            need = 1 if cfg.algo.name == "grpo" else rows
+        if rows:  # grouped credit (GRPO) updates on the groups whose episodes have all ended
+            need = 1 if tr.data_plan.group_size else rows
             _learner_metrics(tr, _learner_result(tr, tr.learner.train.remote(0, p.env_steps, need)))
         tr._watch_reward_server()
         if sched.eval_call is not None and ray.wait([sched.eval_call], timeout=0)[0]:

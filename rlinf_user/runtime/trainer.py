@@ -44,12 +44,13 @@ def _ray_init(cfg, plan) -> bool:
 
 class Trainer(Supervision):
     def __init__(self, cfg, run_dir: Path, on_progress: Callable[[Progress], None] | None = None):
-        from rlinf_user.runtime.env_worker import on_policy
+        from rlinf_user.algorithms.base import ON_POLICY, data_plan
 
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.on_progress = on_progress or (lambda p: None)
-        self.on_policy = on_policy(cfg)
+        self.data_plan = data_plan(cfg.algo)  # what the algorithm trains on (replay or on-policy)
+        self.on_policy = self.data_plan.data_mode == ON_POLICY
         self.record = RunRecord(self.run_dir, bool(cfg.intervention.enabled), len(cfg.fleet or []) > 1)
 
     @property
@@ -121,8 +122,8 @@ class Trainer(Supervision):
                     float(cfg.buffer.get("segment_mb", 256.0)),
                     reward_settings(cfg),
                     bool(self.spec.instruction),
-                    int(cfg.algo.get("n_step", 1)),
-                    float(cfg.algo.get("gamma", 0.99)),
+                    self.data_plan.n_step,
+                    self.data_plan.gamma,
                     frame_feature_settings(cfg),
                 )
             )
@@ -158,7 +159,7 @@ class Trainer(Supervision):
     # -- main loop ----------------------------------------------------------------------------
     def rows_per_round(self) -> int:
         """Transitions one on-policy round collects: every env of every worker, num_steps each."""
-        steps = int(self.cfg.algo.get("num_steps", 1))
+        steps = self.data_plan.num_steps if self.on_policy else 1
         return sum(m.workers * m.envs_per_worker for m in self.members) * steps
 
     def run(self) -> Progress:
@@ -171,7 +172,7 @@ class Trainer(Supervision):
         self._start()
         self.record.open_tensorboard()
         sched = Schedule(self)
-        sync = self.on_policy and cfg.algo.get("mode", "sync") == "sync"
+        sync = self.on_policy and self.data_plan.sync
         stop_reason = sync_on_policy_loop(self, sched) if sync else streaming_loop(self, sched)
         log.info("stopping: %s", stop_reason)
         sched.finish()

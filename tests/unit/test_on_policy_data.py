@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from rlinf_user.data.segments import OnPolicyStore, gae
+from rlinf_user.algorithms.ppo.credit import OnPolicyStore, gae
 from rlinf_user.env.spec import Col, EnvSpec, flat_obs, nest_columns
 from rlinf_user.runtime.chunks import ChunkQueue
 
@@ -246,7 +246,7 @@ def test_action_level_gae_is_per_step_gae_over_the_actions_that_ran():
     """Chunks of up to 3 actions (an episode ends mid-chunk, then one is truncated and
     the data ends): with per-action values equal to per-step values, every action's
     advantage is exactly what per-step GAE gives its step, and nothing past what ran."""
-    from rlinf_user.data.segments import gae_actions
+    from rlinf_user.algorithms.ppo.credit import gae_actions
 
     rng = np.random.default_rng(0)
     r, v = rng.normal(size=9).round(2), rng.normal(size=9).round(2)

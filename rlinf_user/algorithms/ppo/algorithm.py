@@ -2,7 +2,7 @@
 
 PPO (Schulman et al. 2017, as CleanRL/ManiSkill implement it): clipped surrogate over the
 behaviour policy's recorded log-probs, GAE advantages (computed by
-:mod:`rlinf_user.data.segments`, never across an episode boundary or a gap in a worker's
+:mod:`rlinf_user.algorithms.ppo.credit`, never across an episode boundary or a gap in a worker's
 step sequence; truncated episodes bootstrap from the value of their final observation),
 optional value clipping, minibatch epochs, advantage normalisation, an entropy bonus and
 an early stop of the epochs past ``target_kl``.
@@ -26,19 +26,30 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlinf_user.algorithms.base import ON_POLICY, Algorithm, NonFiniteLoss
+from rlinf_user.algorithms.base import ON_POLICY, Algorithm, NonFiniteLoss, OnPolicyPlan
+from rlinf_user.algorithms.ppo.config import GRPOConfig, PPOConfig
+from rlinf_user.algorithms.ppo.credit import OnPolicyStore
 from rlinf_user.env.spec import Col, EnvSpec, columns_to_torch, index_obs_torch
 
 log = logging.getLogger(__name__)
 
 
+#: policies whose value head can give one value per action of a chunk (action-level credit)
+VALUE_PER_ACTION_POLICIES = ("pi0", "lite_vla", "token_vla")
+
+
 class PPO(Algorithm):
+    config = PPOConfig
+    tuning_family = "ppo"
     data_mode = ON_POLICY
     requires = ("log-prob of recorded samples", "a value function")
+    grpo = False  # GRPO: no critic, episodes scored within their reset-seed group
 
     @classmethod
-    def needs(cls, algo_cfg) -> tuple[str, ...]:
-        return cls.requires[:1] if str(algo_cfg.name) == "grpo" else cls.requires  # GRPO: no critic
+    def data_plan(cls, algo_cfg) -> OnPolicyPlan:
+        return OnPolicyPlan(num_steps=int(algo_cfg.num_steps), sync=str(algo_cfg.mode) == "sync",
+                            group_size=int(algo_cfg.group_size) if cls.grpo else 0,
+                            per_action_credit=str(algo_cfg.credit) == "action")  # fmt: skip
 
     @classmethod
     def problems(cls, algo_cfg, policy_cfg, spec=None) -> list[str]:
@@ -47,13 +58,38 @@ class PPO(Algorithm):
             out.append(f"algo.mode={algo_cfg.mode!r}: use sync or async")
         if int(algo_cfg.num_steps) < 1 or int(algo_cfg.update_epochs) < 1 or int(algo_cfg.num_minibatches) < 1:
             out.append("algo.num_steps, algo.update_epochs and algo.num_minibatches must be >= 1")
-        if str(algo_cfg.name) == "grpo" and algo_cfg.get("baseline", "episode") not in ("episode", "step"):
-            out.append(f"algo.baseline={algo_cfg.baseline!r}: use episode or step")
+        credit = str(algo_cfg.credit)
+        if credit not in ("chunk", "action"):
+            out.append(f"algo.credit={credit!r}: chunk or action")
+        elif credit == "action" and (cls.grpo or str(policy_cfg.name) not in VALUE_PER_ACTION_POLICIES):
+            out.append(
+                f"algo.credit=action needs algo=ppo and a VLA's value head (policy={', '.join(VALUE_PER_ACTION_POLICIES)}); "
+                f"this run has algo={algo_cfg.name} policy={policy_cfg.name}"
+            )
         return out
+
+    @classmethod
+    def run_problems(cls, cfg) -> list[str]:
+        name, out = cfg.algo.name, []
+        if cfg.demos:
+            out.append(f"algo={name} learns on-policy from its own rollouts: demos= is not used (use algo=rlpd or bc)")
+        iv = cfg.get("intervention")
+        if iv is not None and iv.enabled:
+            out.append(f"algo={name}: human interventions need an off-policy algorithm (algo=rlpd, sac)")
+        return out
+
+    @classmethod
+    def configure(cls, cfg) -> None:
+        if str(cfg.algo.credit) == "action":  # the policy's value head then has one output per action
+            cfg.policy.value_per_action = True
+
+    def segment_store(self) -> OnPolicyStore:
+        """Where the env workers' segments wait for an update, and get their advantages."""
+        c = self.cfg
+        return OnPolicyStore(c.gamma, c.gae_lambda, None, c.reward_scale)
 
     def __init__(self, cfg, policy, spec: EnvSpec, device="cpu"):
         super().__init__(cfg, policy, spec, device)
-        self.grpo = str(cfg.name) == "grpo"
         self.policy.to(self.device)
         value_ids = {id(q) for q in self.value_parameters()}
         groups = [{"params": [q for q in self.policy.parameters() if id(q) not in value_ids], "lr": float(cfg.lr)}]
@@ -74,7 +110,7 @@ class PPO(Algorithm):
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One policy iteration on a prepared batch (columns plus ``advantage`` and
-        ``return`` from :class:`rlinf_user.data.segments.OnPolicyStore`)."""
+        ``return`` from :class:`rlinf_user.algorithms.ppo.credit.OnPolicyStore`)."""
         cfg = self.cfg
         data = columns_to_torch(batch, self.device)
         obs, sample = data[Col.OBS], data[Col.SAMPLE]
@@ -83,7 +119,7 @@ class PPO(Algorithm):
         old_v = data[Col.VALUE].float() if Col.VALUE in data else torch.zeros_like(ret)
         n = len(adv)
         # action-level credit: an advantage and a return per action of the row's chunk,
-        # weighted by whether that action ran (columns of rlinf_user.data.segments.gae_actions)
+        # weighted by whether that action ran (columns of rlinf_user.algorithms.ppo.credit.gae_actions)
         ran = None
         if adv.dim() == 2:
             steps = data[Col.CHUNK_STEPS].reshape(-1, 1)
@@ -179,3 +215,49 @@ class PPO(Algorithm):
             return np.zeros(len(obs_columns[Col.state(Col.OBS)]), np.float32)
         obs = columns_to_torch(obs_columns, self.device)[Col.OBS]
         return self.policy.value(obs).float().cpu().numpy()
+
+
+class GRPO(PPO):
+    config = GRPOConfig
+    grpo = True
+
+    @classmethod
+    def needs(cls, algo_cfg) -> tuple[str, ...]:
+        return cls.requires[:1]  # no critic
+
+    @classmethod
+    def problems(cls, algo_cfg, policy_cfg, spec=None) -> list[str]:
+        out = super().problems(algo_cfg, policy_cfg, spec)
+        if algo_cfg.baseline not in ("episode", "step"):
+            out.append(f"algo.baseline={algo_cfg.baseline!r}: use episode or step")
+        return out
+
+    @classmethod
+    def run_problems(cls, cfg) -> list[str]:
+        out = super().run_problems(cfg)
+        g = int(cfg.algo.group_size)
+        sizes = [int(m.get("envs_per_worker", 1)) for m in (cfg.get("fleet") or [])] or [int(cfg.placement.envs_per_worker)]
+        if any(g < 1 or n % g for n in sizes):
+            out.append(
+                f"algo.group_size={g} must divide the envs of every worker (placement.envs_per_worker={sizes[0]}): "
+                f"GRPO compares episodes that start from the same reset seed within a worker"
+            )
+        env = cfg.get("env")
+        if env is not None and env.get("reward") == "dense":
+            steps = int(env.max_episode_steps)
+            gamma = float(cfg.algo.gamma)
+            episode = cfg.algo.baseline == "episode" or gamma >= 1.0
+            horizon = steps if episode else min(steps, round(1.0 / (1.0 - gamma)))
+            if float(env.get("success_bonus") or 0) < horizon:
+                log.warning(
+                    "algo=grpo scores %s: with a dense reward and success ending the episode, hovering near the "
+                    "goal for %d steps can out-score succeeding; set env.success_bonus to at least that many "
+                    "times the largest per-step reward (env.success_bonus=%d for rewards in [0, 1])",
+                    "whole undiscounted episodes" if episode else f"rewards-to-go discounted by gamma={gamma}",
+                    horizon, horizon,
+                )  # fmt: skip
+        return out
+
+    def segment_store(self) -> OnPolicyStore:
+        c = self.cfg
+        return OnPolicyStore(c.gamma, c.gae_lambda, int(c.group_size), c.reward_scale, str(c.baseline))
