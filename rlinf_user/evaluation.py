@@ -1,8 +1,10 @@
 """Run a trained policy for N episodes (no Ray): success rate with its 95% interval over
 distinct initial states, returns, an mp4.
 
-Evaluation episode k resets with seed ``EVAL_EPISODE_SEED + k``, a range no training,
-demonstration or GRPO stream draws from (:mod:`rlinf_user.runtime.seeds`). Each
+Evaluation episode k of a held-out split resets with seed ``episode_seed(split) + k``:
+``validation`` for training's evaluations and the choice of ``best.pt``, ``test`` for the
+reports nothing selects on; no training, demonstration or GRPO stream draws from either
+(:mod:`rlinf_user.seeds`). Each
 episode's initial observation is fingerprinted, so a result says how many distinct
 initial states it covered; a task whose reset ignores the seed (the same scene every
 time) is detected and evaluated once: more episodes would only repeat one trajectory.
@@ -20,7 +22,7 @@ import numpy as np
 import torch
 
 from rlinf_user.env.spec import EnvSpec, obs_to_torch, stack_obs
-from rlinf_user.runtime.seeds import EVAL_EPISODE_SEED
+from rlinf_user.seeds import episode_seed
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,8 @@ def checkpoint_spec(path: str | Path) -> EnvSpec | None:
 
 
 # what every evaluation result reports about its own trustworthiness
-EVAL_ACCOUNTING = ("episodes", "successes", "success_rate", "success_ci95", "distinct_initial_states", "deterministic_reset")
+EVAL_ACCOUNTING = ("episodes", "successes", "success_rate", "success_ci95", "distinct_initial_states", "deterministic_reset",
+                   "split")  # fmt: skip
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -102,16 +105,17 @@ def describe_eval(result: dict[str, Any]) -> str:
 
 
 def evaluate_policy(
-    env, policy, episodes: int, video_episodes: int = 0, seed: int = EVAL_EPISODE_SEED, adapter=None
+    env, policy, episodes: int, video_episodes: int = 0, seed: int | None = None, adapter=None, split: str = "test"
 ) -> dict[str, Any]:
-    """``adapter`` (:class:`rlinf_user.runtime.fleet.Adapter`): the policy was trained on a
+    """Episodes from the held-out ``split``'s seeds (``seed``: from that seed on instead).
+    ``adapter`` (:class:`rlinf_user.runtime.fleet.Adapter`): the policy was trained on a
     fleet's union spec; it maps this env's observations in and actions out.
 
     When episode 1 starts where episode 0 did, one more seed is tried; if it too resets to
     that state the reset is deterministic and the evaluation stops at one trial
     (``deterministic_reset``) rather than repeat one trajectory ``episodes`` times."""
     spec = adapter.fleet if adapter is not None else EnvSpec.of_env(env)
-
+    seed = episode_seed(split) if seed is None else int(seed)
     results, frames, keys = [], [], []
     deterministic = False
     for ep in range(episodes):
@@ -155,6 +159,8 @@ def evaluate_policy(
         "deterministic_reset": deterministic,
         "mean_return": float(np.mean([r["return"] for r in results])),
         "mean_length": float(np.mean([r["length"] for r in results])),
+        "split": split,
+        "first_seed": seed,
         "per_episode": results,
         "frames": frames,
     }

@@ -14,7 +14,7 @@ def run_eval(args, console) -> int:
     from rlinf_user.env.spec import EnvSpec
     from rlinf_user.evaluation import evaluate_policy, load_policy_from_checkpoint
     from rlinf_user.runtime.learner import latest_checkpoint
-    from rlinf_user.runtime.seeds import EVAL_ENV_OFFSET
+    from rlinf_user.seeds import EVAL_ENV_OFFSET
 
     if getattr(args, "sim", None) or getattr(args, "robot", None):
         return _eval_configured_policy(args, console)
@@ -56,11 +56,12 @@ def run_eval(args, console) -> int:
     policy, version = load_policy_from_checkpoint(ckpt, cfg, trained)
     where = f" on member {name}" if len(fleet) > 1 else ""
     console.print(f"evaluating [bold]{ckpt}[/] (policy version {version}){where} for {args.episodes} episodes")
-    from rlinf_user.runtime.seeds import EVAL_EPISODE_SEED
+    from rlinf_user.seeds import episode_seed
 
+    split = getattr(args, "split", "test") or "test"
     offset = int(getattr(args, "episode_offset", 0) or 0)
-    result = evaluate_policy(env, policy, args.episodes, args.video_episodes, seed=EVAL_EPISODE_SEED + offset,
-                             adapter=adapter)  # fmt: skip
+    result = evaluate_policy(env, policy, args.episodes, args.video_episodes, seed=episode_seed(split) + offset,
+                             adapter=adapter, split=split)  # fmt: skip
     env.close()
     out = Path(args.out) if args.out else run_dir / "eval"
     stem = f"eval-{ckpt.stem}" + (f"-{name}" if len(fleet) > 1 else "")
@@ -78,7 +79,7 @@ def _eval_configured_policy(args, console) -> int:
     from rlinf_user.env.spec import EnvSpec
     from rlinf_user.evaluation import evaluate_policy
     from rlinf_user.policies.base import build_policy
-    from rlinf_user.runtime.seeds import EVAL_ENV_OFFSET
+    from rlinf_user.seeds import EVAL_ENV_OFFSET
 
     overrides = ([args.run] if args.run else []) + list(args.overrides)
     if args.run and "=" not in args.run:
@@ -93,7 +94,7 @@ def _eval_configured_policy(args, console) -> int:
         policy.eval()
         what = f"policy={cfg.policy.name}" + (f" ({cfg.policy.checkpoint})" if cfg.policy.get("checkpoint") else "")
         console.print(f"evaluating [bold]{what}[/] for {args.episodes} episodes")
-        result = evaluate_policy(env, policy, args.episodes, args.video_episodes)
+        result = evaluate_policy(env, policy, args.episodes, args.video_episodes, split=getattr(args, "split", "test"))
     finally:
         env.close()
     out = Path(args.out) if args.out else Path(cfg.run_root) / f"eval-{cfg.policy.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -112,7 +113,7 @@ def _report(result, out: Path, stem: str, fps: float, args, console, title: str)
     write_json(out / f"{stem}.json", result)
     table = Table(title=f"evaluation of {title}", show_header=False)
     table.add_row("episodes", str(result["episodes"]))
-    table.add_row("success rate (95% interval, initial states)", describe_eval(result))
+    table.add_row(f"success rate (95% interval, {result.get('split', 'test')} initial states)", describe_eval(result))
     table.add_row("mean return", f"{result['mean_return']:.3f}")
     if args.video_episodes > 0:
         table.add_row("video", result["video"] or "(no frames: backend cannot render)")

@@ -189,7 +189,7 @@ def _synthetic_setup(env, spec, cfg, console, run_dir):
     from rlinf_user.data.lerobot_writer import LeRobotWriter
     from rlinf_user.robots.teleop.device import QueueSource
     from rlinf_user.robots.teleop.spacemouse import SpaceMouse
-    from rlinf_user.runtime.seeds import DEMO_EPISODE_OFFSET
+    from rlinf_user.seeds import DEMO_EPISODE_OFFSET
     from rlinf_user.teleop.record import Recorder
     from rlinf_user.teleop.synthetic import SpaceMouseHand, StallRule, SyntheticHuman, synthetic_expert
 

@@ -48,9 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--video-episodes", type=int, default=3, help="episodes recorded to mp4 (default 3)")
     ev.add_argument("--out", help="where to write results (default <run>/eval/, or <run_root>/eval-<policy>)")
     ev.add_argument("--member", help="the fleet member whose env to evaluate on (default: the first)")
+    ev.add_argument("--split", choices=["test", "validation"], default="test",
+                    help="held-out initial states: test (default; nothing in training selects on them) or "
+                         "validation (those training's evaluations and best.pt used)")  # fmt: skip
     ev.add_argument("--episode-offset", type=int, default=0,
-                    help="start the episodes' reset seeds this far on: initial states the run's own "
-                         "evaluations (which chose its best policy) never used")  # fmt: skip
+                    help="start the episodes' reset seeds this far into the split")  # fmt: skip
     ev.add_argument(
         "--checkpoint", choices=["best", "latest"], default="best",
         help="given a run: the policy of its best evaluation (default; the latest if none scored) or the latest",

@@ -58,17 +58,21 @@ def print_summary(console, s: dict, run_dir) -> None:
     table.add_row("wall time", f"{s['wall_seconds'] / 60:.1f} min")
     table.add_row(f"success (last {s.get('recent_episodes', 50)} training episodes)", _pct(s.get("recent_success")))
     final = s.get("final_eval") or {}
-    table.add_row(f"final eval (last policy, v{s['policy_version']})",
+    table.add_row(f"final eval, validation seeds (last policy, v{s['policy_version']})",
                   describe_eval(final) if final.get("episodes") else _pct(s["final_eval_success"]))
     best = s.get("best")
     if best:
-        table.add_row("kept policy (best evaluation)",
-                      f"{best['checkpoint']} (v{best['policy_version']}, eval success {best['eval_success']:.0%})")
+        table.add_row("kept policy (best validation)",
+                      f"{best['checkpoint']} (v{best['policy_version']}, validation success {best['eval_success']:.0%})")
+    test = s.get("test_eval")
+    if test:
+        table.add_row(f"[bold]kept policy on the test seeds[/] ({test['policy']}, v{test['policy_version']})",
+                      describe_eval(test))
     table.add_row("latest checkpoint", str(s["checkpoint"]))
     console.print(table)
     which = "best" if best else "latest"
-    console.print(f"evaluate the {'kept' if best else 'latest'} policy on fresh episodes:\n"
-                  f"  [bold]rlinf-user eval {run_dir} --checkpoint {which} --episodes 50[/]", soft_wrap=True)
+    console.print(f"evaluate the {'kept' if best else 'latest'} policy on more test episodes:\n"
+                  f"  [bold]rlinf-user eval {run_dir} --checkpoint {which} --episodes 100[/]", soft_wrap=True)
 
 
 def _resume_config(cfg, overrides):

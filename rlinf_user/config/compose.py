@@ -127,7 +127,7 @@ def validate(cfg: DictConfig) -> None:
             + " ".join(f"{k}=..." for k in missing)
             + ")"
         )
-    from rlinf_user.runtime.seeds import MAX_RUN_SEED
+    from rlinf_user.seeds import MAX_RUN_SEED
 
     if not 0 <= int(cfg.seed) < MAX_RUN_SEED:
         raise ConfigError(f"seed={cfg.seed}: use 0 <= seed < {MAX_RUN_SEED:,} (larger seeds are evaluation's held-out range)")

@@ -342,7 +342,10 @@ class RunConfig:
     total_env_steps: int = 100_000
     target_success: float | None = None  # stop early once evaluation reaches it
     eval_every_steps: int = 5_000
-    eval_episodes: int = 20
+    eval_episodes: int = 20  # per evaluation during training, on the validation seeds (best.pt is chosen on them)
+    # the kept policy (best.pt, else the last) at the end, on the test seeds nothing selects
+    # on (None: eval_episodes; 0: none). A robot's reset is physical, so only sims run it.
+    test_episodes: int | None = None
     eval_at_start: bool = False  # evaluate the starting policy too (a checkpoint's success before fine-tuning)
     checkpoint_every_steps: int = 10_000
     keep_checkpoints: int = 3  # the newest N learner checkpoints stay (plus best.pt); 0: all

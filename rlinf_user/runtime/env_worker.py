@@ -25,7 +25,7 @@ from rlinf_user.env.spec import Col, EnvSpec, flat_obs, index_obs, instruction_a
 from rlinf_user.policies.frame_features import frame_feature_settings
 from rlinf_user.runtime.chunk_sender import ChunkSender
 from rlinf_user.runtime.chunks import ChunkQueue, DecisionRows
-from rlinf_user.runtime.seeds import EVAL_WORKER_ID, group_id, group_seed
+from rlinf_user.seeds import EVAL_WORKER_ID, group_id, group_seed
 
 log = logging.getLogger(__name__)
 
@@ -529,21 +529,26 @@ class EnvWorker:
         return self.weights.version
 
     def evaluate(
-        self, num_episodes: int, record_video: bool = False, weights_above: float | None = None, sync: bool = True
+        self, num_episodes: int, record_video: bool = False, weights_above: float | None = None, sync: bool = True,
+        split: str = "validation", policy_state: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Deterministic-policy episodes (on this worker's own envs) with the latest weights
-        (``sync=False``: with the weights it holds). With ``weights_above``: a success rate
-        above it returns the evaluated weights too (``policy_state``), so the run can keep
-        exactly the policy that scored it."""
+        """Deterministic-policy episodes (on this worker's own envs) from the held-out
+        ``split``'s seeds, with the latest weights (``sync=False``: with the weights it
+        holds; ``policy_state``: with those weights, in a copy of the policy). With
+        ``weights_above``: a success rate above it returns the evaluated weights too
+        (``policy_state``), so the run can keep exactly the policy that scored it."""
         from rlinf_user.evaluation import EVAL_ACCOUNTING, evaluate_policy
 
         policy = self._local_policy()
-        if self.weights is not None and sync:
+        if policy_state is not None:
+            policy = copy.deepcopy(policy)
+            policy.load_state_dict(policy_state)
+        elif self.weights is not None and sync:
             self.weights.sync()
         if not hasattr(self.envs, "envs"):
             raise RuntimeError("evaluation needs a worker built with num_envs=1")
         result = evaluate_policy(
-            self.envs.envs[0], policy, num_episodes, 3 if record_video else 0, adapter=self.adapter
+            self.envs.envs[0], policy, num_episodes, 3 if record_video else 0, adapter=self.adapter, split=split
         )
         self.obs = self.envs.reset()
         self.obs_features = None
@@ -560,7 +565,7 @@ class EnvWorker:
             "frames": result["frames"],
         }
         if weights_above is not None and out["success_rate"] > weights_above:
-            out["policy_state"] = {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+            out["policy_state"] = {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()}
         return out
 
     def close(self) -> None:

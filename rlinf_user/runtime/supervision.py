@@ -9,8 +9,8 @@ import time
 from typing import Any
 
 from rlinf_user.runtime.run_record import RunError, root_cause
-from rlinf_user.runtime.seeds import EVAL_WORKER_ID, eval_worker_seed
 from rlinf_user.runtime.workers import START_TIMEOUT_S
+from rlinf_user.seeds import EVAL_WORKER_ID, eval_worker_seed
 
 log = logging.getLogger(__name__)
 

@@ -178,6 +178,7 @@ class Trainer(Supervision):
         sched.finish()
         ckpt = ray.get(self.learner.save_checkpoint.remote(p.env_steps))
         final = self._final_eval(sched.wall())
+        test = self._test_eval()
         summary = {
             "stop_reason": stop_reason,
             "algo": str(cfg.algo.name),
@@ -191,6 +192,7 @@ class Trainer(Supervision):
             "best_eval_success": p.best_eval_success,
             "checkpoint": ckpt,
             "best": self.record.best,
+            "test_eval": test,
             "worker_restarts": p.worker_restarts,
             "learner_restarts": p.learner_restarts,
             "rollout_restarts": p.rollout_restarts,
@@ -254,6 +256,37 @@ class Trainer(Supervision):
             return {"success_rate": None}
         self.record.record_eval(result, wall, self.spec)
         return result
+
+    def _test_eval(self) -> dict[str, Any] | None:
+        """The kept policy (``best.pt``, else the last) on the test seeds, which no evaluation
+        during training used and nothing selects on: the figure a report may quote."""
+        import ray
+        import torch
+
+        from rlinf_user.evaluation import EVAL_ACCOUNTING
+        from rlinf_user.policies.base import policy_state_of
+
+        n = self.cfg.get("test_episodes")
+        n = int(self.cfg.eval_episodes if n is None else n)
+        worker = self.eval_worker
+        if n <= 0 or worker is None or self.members[0].env.kind == "robot":
+            return None
+        best = self.record.best
+        state = None
+        if best is not None:
+            state = policy_state_of(torch.load(best["checkpoint"], map_location="cpu", weights_only=True))
+        try:
+            result = ray.get(worker.evaluate.remote(n, False, None, False, "test", state))
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+            log.error("the test evaluation failed: %s", root_cause(err))
+            return None
+        kept = "best" if best is not None else "last"
+        version = best["policy_version"] if best is not None else result["policy_version"]
+        out = {**{k: result[k] for k in EVAL_ACCOUNTING}, "mean_return": result["mean_return"], "policy": kept,
+               "policy_version": version}  # fmt: skip
+        log.info("test seeds, kept policy (%s, v%d): success %.2f over %d episodes", kept, version,
+                 out["success_rate"], out["episodes"])  # fmt: skip
+        return out
 
     def __enter__(self) -> Trainer:
         return self

@@ -19,7 +19,7 @@ from typing import Any
 from rlinf_user.env.spec import EnvSpec
 from rlinf_user.runtime.fleet import Member, union_spec, wants_member_id
 from rlinf_user.runtime.run_record import root_cause
-from rlinf_user.runtime.seeds import worker_seed
+from rlinf_user.seeds import worker_seed
 
 log = logging.getLogger(__name__)
 

@@ -78,7 +78,12 @@ def test_train_then_eval_writes_results_and_video(tmp_path):
     with open(run_dir / "eval" / "history.csv") as f:
         rows = list(csv.DictReader(f))
     assert rows and all(r["distinct_states"] == "2" and r["episodes"] == "2" for r in rows)
-    assert re.search(r"final eval .*\d+% \(\d+%-\d+%\) over 2 distinct", r.stderr), r.stderr[-2000:]  # end-of-run table
+    assert re.search(r"final eval, validation seeds .*\d+% \(\d+%-\d+%\) over 2 distinct", r.stderr), r.stderr[-2000:]
+    # the kept policy is reported on the test seeds, which no evaluation during training used
+    summary = json.loads((run_dir / "eval" / "summary.json").read_text())
+    test = summary["test_eval"]
+    assert test["split"] == "test" and test["episodes"] == 2 and final["split"] == "validation"
+    assert re.search(r"kept policy on the test seeds.*over 2 distinct", r.stderr, re.S), r.stderr[-2000:]
     r = run("eval", str(run_dir), "--episodes", "2", "--video-episodes", "1", "--checkpoint", "latest")
     assert r.returncode == 0, r.stderr[-3000:]
     results = list((run_dir / "eval").glob("eval-ckpt-*.json"))

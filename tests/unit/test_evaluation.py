@@ -3,12 +3,12 @@ states it covered, and a deterministic reset as one trial."""
 
 import pytest
 
+from rlinf_user import seeds
 from rlinf_user.config.compose import ConfigError, compose_config, validate
 from rlinf_user.env.registry import make_env
 from rlinf_user.env.spec import EnvSpec
 from rlinf_user.evaluation import describe_eval, evaluate_policy, wilson
 from rlinf_user.policies.base import build_policy
-from rlinf_user.runtime import seeds
 
 
 def test_wilson_interval_matches_the_textbook_values():
@@ -33,12 +33,26 @@ def test_a_randomised_task_is_evaluated_over_distinct_held_out_states(reach):
     result = evaluate_policy(env, policy, 6)
     assert result["episodes"] == 6 and result["distinct_initial_states"] == 6
     assert not result["deterministic_reset"]
-    assert [e["seed"] for e in result["per_episode"]] == [seeds.EVAL_EPISODE_SEED + k for k in range(6)]
+    assert [e["seed"] for e in result["per_episode"]] == [seeds.TEST_EPISODE_SEED + k for k in range(6)]
+    assert result["split"] == "test"
     lo, hi = result["success_ci95"]
     assert lo <= result["success_rate"] <= hi
     assert "over 6 distinct initial states" in describe_eval(result)
     again = evaluate_policy(env, policy, 6)  # the same held-out states every evaluation
     assert [e["initial_state"] for e in again["per_episode"]] == [e["initial_state"] for e in result["per_episode"]]
+
+
+def test_validation_and_test_are_different_held_out_states(reach):
+    """Training's evaluations (and best.pt) use the validation seeds; reports use the test
+    seeds, which nothing selects on: the two never share an initial state."""
+    env, policy = reach
+    val = evaluate_policy(env, policy, 5, split="validation")
+    test = evaluate_policy(env, policy, 5)
+    assert [e["seed"] for e in val["per_episode"]] == [seeds.VALIDATION_EPISODE_SEED + k for k in range(5)]
+    assert not {e["initial_state"] for e in val["per_episode"]} & {e["initial_state"] for e in test["per_episode"]}
+    assert seeds.VALIDATION_EPISODE_SEED + 10**8 < seeds.TEST_EPISODE_SEED  # room for any evaluation's episodes
+    with pytest.raises(ValueError, match="validation .* or test"):
+        seeds.episode_seed("train")
 
 
 def test_a_deterministic_reset_is_one_trial_and_said_so(reach):
@@ -54,10 +68,10 @@ def test_a_deterministic_reset_is_one_trial_and_said_so(reach):
 def test_training_streams_never_reach_the_held_out_seeds():
     top = seeds.MAX_RUN_SEED - 1
     highest_worker_env = seeds.worker_seed(top, 1023, generation=99) + seeds.ENV_IN_BATCH_STRIDE * 4096
-    assert highest_worker_env < seeds.EVAL_EPISODE_SEED
-    assert top + seeds.DEMO_EPISODE_OFFSET + 1_000_000 < seeds.EVAL_EPISODE_SEED
-    assert seeds.eval_worker_seed(top) < seeds.EVAL_EPISODE_SEED
+    assert highest_worker_env < seeds.VALIDATION_EPISODE_SEED
+    assert top + seeds.DEMO_EPISODE_OFFSET + 1_000_000 < seeds.VALIDATION_EPISODE_SEED
+    assert seeds.eval_worker_seed(top) < seeds.VALIDATION_EPISODE_SEED
     groups = [seeds.group_seed(s, w, g, e) for s in (0, top) for w in (0, 999) for g in (0, 10**6) for e in (0, 10**7)]
-    assert max(groups) < seeds.EVAL_EPISODE_SEED
+    assert max(groups) < seeds.VALIDATION_EPISODE_SEED
     with pytest.raises(ConfigError, match="held-out range"):
         validate(compose_config([f"seed={seeds.MAX_RUN_SEED}"], sim="reach"))

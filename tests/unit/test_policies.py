@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from rlinf_user.algorithms.base import build_algorithm
-from rlinf_user.config.compose import compose_config
 from rlinf_user.algorithms.ppo.credit import OnPolicyStore
+from rlinf_user.config.compose import compose_config
 from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.base import POLICIES, BCTrainable, HasValue, Reparameterised, ScoresActions, build_policy
 
