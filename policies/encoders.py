@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from rlinf_user.env.spec import Col
+
 
 class StateNormalizer(nn.Module):
     """``(state - mean) / std`` with statistics kept as buffers, so they travel with the
@@ -62,7 +64,7 @@ class StateEncoder(nn.Module):
         self.norm = StateNormalizer(state_dim)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.norm(obs["state"])
+        return self.norm(obs[Col.STATE])
 
 
 class ConvEncoder(nn.Module):
@@ -105,9 +107,9 @@ class ConvEncoder(nn.Module):
         self.out_dim = state_dim + feature_dim * len(self.cameras)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        feats = [self.norm(obs["state"])]
+        feats = [self.norm(obs[Col.STATE])]
         for name in self.cameras:
-            img = obs["images"][name].permute(0, 3, 1, 2).float() / 255.0 - 0.5
+            img = obs[Col.IMAGES][name].permute(0, 3, 1, 2).float() / 255.0 - 0.5
             with trunk_autocast(self.autocast, img):
                 trunk = self.trunks[name](img)
             feats.append(self.heads[name](trunk.float()))

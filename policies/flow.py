@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlinf_user.env.spec import EnvSpec
+from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.actor_critic import mlp
 from rlinf_user.policies.base import Policy, PolicyOutput
 from rlinf_user.policies.encoders import build_encoder
@@ -113,7 +113,7 @@ class FlowPolicy(Policy):
     @torch.no_grad()
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
         action, log_prob = self.rollout(self.encoder(obs), noise=not deterministic)
-        return PolicyOutput(action.unsqueeze(1), {} if deterministic else {"log_prob": log_prob})
+        return PolicyOutput(action.unsqueeze(1), {} if deterministic else {Col.LOG_PROB: log_prob})
 
     def bc_loss(self, obs: dict[str, Any], target: torch.Tensor) -> torch.Tensor:
         feats = self.encoder(obs)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlinf_user.env.spec import EnvSpec
+from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.base import Policy, PolicyOutput
 from rlinf_user.policies.flow_core import JointFlowModel, NoiseHead, value_mlp, value_out
 from rlinf_user.policies.pi0_checkpoint import NormStats, check_norm_stats
@@ -96,7 +96,7 @@ class FlowVLAPolicy(Policy):
             s = norm[key]
             self.register_buffer(f"{key}_mean", torch.as_tensor(s.mean, dtype=torch.float32))
             self.register_buffer(f"{key}_std", torch.as_tensor(s.std, dtype=torch.float32))
-        self.fresh_stats = bool(np.all(norm["state"].mean == 0) and np.allclose(norm["state"].std, 1, atol=1e-5))
+        self.fresh_stats = bool(np.all(norm[Col.STATE].mean == 0) and np.allclose(norm[Col.STATE].std, 1, atol=1e-5))
         self.set_finetune(finetune, lora_rank)
         if compile:  # after the adapters: the compiled step is the model as it trains
             model.compile_denoising(str(compile))
@@ -129,17 +129,17 @@ class FlowVLAPolicy(Policy):
         raise NotImplementedError
 
     def model_inputs(self, obs: dict[str, Any]):
-        state = obs["state"].float()
+        state = obs[Col.STATE].float()
         b, dev = state.shape[0], state.device
         images, masks = [], []
         for i in range(self.num_cameras):
             if i < len(self.cameras):
-                images.append(self.preprocess(obs["images"][self.cameras[i]].to(dev)))
+                images.append(self.preprocess(obs[Col.IMAGES][self.cameras[i]].to(dev)))
                 masks.append(torch.ones(b, dtype=torch.bool, device=dev))
             else:  # a slot this env has no camera for: a blank image, masked out
                 images.append(self.blank_image(b, dev))
                 masks.append(torch.zeros(b, dtype=torch.bool, device=dev))
-        prompts = obs.get("instruction") or [self.default_prompt] * b
+        prompts = obs.get(Col.INSTRUCTION) or [self.default_prompt] * b
         tokens, token_mask = self.prompt(list(prompts), dev)
         n = state.shape[-1]
         s = (state - self.state_mean[:n]) / (self.state_std[:n] + 1e-6)
@@ -175,7 +175,7 @@ class FlowVLAPolicy(Policy):
         chain, logp = self.model.denoise(cache, pad, state, torch.randn(shape, device=state.device), noise_head=self.noise_head)
         sample = chain.transpose(0, 1).contiguous()  # (B, K + 1, H, A)
         value = self._value(cache, pad, state)
-        return PolicyOutput(self.env_actions(chain[-1]), {"sample": sample, "log_prob": logp.flatten(1), "value": value})
+        return PolicyOutput(self.env_actions(chain[-1]), {Col.SAMPLE: sample, Col.LOG_PROB: logp.flatten(1), Col.VALUE: value})
 
     # -- training -------------------------------------------------------------------------
     def log_prob(self, obs: dict[str, Any], sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,7 +233,7 @@ class FlowVLAPolicy(Policy):
         mean, std = states.float().mean(0), states.float().std(0).clamp_min(1e-3)
         with torch.no_grad():
             self.state_mean[:n], self.state_std[:n] = mean, std
-        self.norm["state"].mean[:n], self.norm["state"].std[:n] = mean.cpu().numpy(), std.cpu().numpy()
+        self.norm[Col.STATE].mean[:n], self.norm[Col.STATE].std[:n] = mean.cpu().numpy(), std.cpu().numpy()
 
     @classmethod
     def common_kwargs(cls, policy_cfg) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from rlinf_user.env.spec import EnvSpec
+from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.actor_critic import TanhGaussianActor
 from rlinf_user.policies.base import Policy, PolicyOutput
 from rlinf_user.policies.encoders import build_encoder
@@ -37,7 +37,7 @@ class GaussianPolicy(Policy):
         if deterministic:
             return PolicyOutput(torch.tanh(self.actor(feats)[0]).unsqueeze(1))
         action, log_prob = self.actor.sample(feats)
-        return PolicyOutput(action.unsqueeze(1), {"log_prob": log_prob})
+        return PolicyOutput(action.unsqueeze(1), {Col.LOG_PROB: log_prob})
 
     def sample_features(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.actor.sample(feats)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlinf_user.env.spec import EnvSpec
+from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.base import Policy, PolicyOutput
 from rlinf_user.policies.encoders import build_encoder
 
@@ -60,9 +60,9 @@ class GaussianActorCritic(Policy):
         feats = self.encoder(obs)
         dist = self._dist(feats)
         sample = dist.mean if deterministic else dist.sample()
-        extras = {"sample": sample.unsqueeze(1), "log_prob": dist.log_prob(sample).sum(-1)}
+        extras = {Col.SAMPLE: sample.unsqueeze(1), Col.LOG_PROB: dist.log_prob(sample).sum(-1)}
         if self.critic is not None:
-            extras["value"] = self.critic(feats).squeeze(-1)
+            extras[Col.VALUE] = self.critic(feats).squeeze(-1)
         return PolicyOutput(sample.clamp(-1.0, 1.0).unsqueeze(1), extras)
 
     def log_prob(self, obs: dict[str, Any], sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,6 +27,7 @@ import os
 import torch
 from torch import nn
 
+from rlinf_user.env.spec import Col
 from rlinf_user.policies.encoders import StateNormalizer, trunk_autocast
 from rlinf_user.registry import Registry
 
@@ -168,28 +169,28 @@ class PretrainedImageEncoder(nn.Module):
         (whose maps carry gradients) and maps the observations already carry are left as they are."""
         if self.finetune or not observations:
             return observations
-        missing = [n for n in self.cameras if any(n not in (o.get("features") or {}) for o in observations)]
+        missing = [n for n in self.cameras if any(n not in (o.get(Col.FEATURES) or {}) for o in observations)]
         groups: dict[tuple, list[str]] = {}
         for name in missing:
-            groups.setdefault(tuple(observations[0]["images"][name].shape[1:]), []).append(name)
-        out = [{**o, "features": dict(o.get("features") or {})} for o in observations]
+            groups.setdefault(tuple(observations[0][Col.IMAGES][name].shape[1:]), []).append(name)
+        out = [{**o, Col.FEATURES: dict(o.get(Col.FEATURES) or {})} for o in observations]
         for names in groups.values():
-            frames = [o["images"][n] for n in names for o in observations]
+            frames = [o[Col.IMAGES][n] for n in names for o in observations]
             maps = self.features(torch.cat(frames)).split([len(f) for f in frames])
             for i, m in enumerate(maps):
-                out[i % len(observations)]["features"][names[i // len(observations)]] = m
+                out[i % len(observations)][Col.FEATURES][names[i // len(observations)]] = m
         return tuple(out)
 
     def camera_map(self, obs: dict[str, torch.Tensor], name: str) -> torch.Tensor:
         """The camera's feature map: the one the observation carries (computed where the
         frame was produced), else the backbone's on its frame."""
-        given = obs.get("features")
+        given = obs.get(Col.FEATURES)
         if given and name in given:
             return given[name].float()
-        return self.features(obs["images"][name])
+        return self.features(obs[Col.IMAGES][name])
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        feats = [self.norm(obs["state"])]
+        feats = [self.norm(obs[Col.STATE])]
         for name in self.cameras:
             feats.append(self.heads[name](self.embed[name](self.camera_map(obs, name))))
         return torch.cat(feats, dim=-1)

@@ -33,7 +33,7 @@ import msgpack
 import numpy as np
 import torch
 
-from rlinf_user.env.spec import EnvSpec
+from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.base import Policy, PolicyOutput
 
 
@@ -102,17 +102,17 @@ class OpenpiClient:
 def _lookup(obs: Mapping[str, Any], path: str, i: int) -> Any:
     """``state``, ``instruction`` or ``images.<camera>`` of row ``i``."""
     if path == "instruction":
-        texts = obs.get("instruction")
+        texts = obs.get(Col.INSTRUCTION)
         if texts is None:
             raise KeyError("policy.request asks for the instruction, but the env gives none (set env.instruction)")
         return str(texts[i])
     if path == "state":
-        return np.asarray(obs["state"][i].cpu().numpy() if torch.is_tensor(obs["state"]) else obs["state"][i], np.float32)
+        return np.asarray(obs[Col.STATE][i].cpu().numpy() if torch.is_tensor(obs[Col.STATE]) else obs[Col.STATE][i], np.float32)
     if path.startswith("images."):
         cam = path.split(".", 1)[1]
-        if cam not in obs["images"]:
-            raise KeyError(f"policy.request asks for camera {cam!r}; the env has {sorted(obs['images'])}")
-        img = obs["images"][cam][i]
+        if cam not in obs[Col.IMAGES]:
+            raise KeyError(f"policy.request asks for camera {cam!r}; the env has {sorted(obs[Col.IMAGES])}")
+        img = obs[Col.IMAGES][cam][i]
         return np.asarray(img.cpu().numpy() if torch.is_tensor(img) else img, np.uint8)
     raise KeyError(f"policy.request value {path!r}: use state, instruction or images.<camera>")
 
@@ -142,7 +142,7 @@ class OpenpiRemotePolicy(Policy):
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
         """One request per row; the reply's chunk (its first ``policy.horizon`` steps, or all
         of it). A shorter reply is refused: a chunk is never padded with invented actions."""
-        b = len(obs["state"])
+        b = len(obs[Col.STATE])
         chunks = []
         for i in range(b):
             reply = self.client.infer({key: _lookup(obs, path, i) for key, path in self.request.items()})

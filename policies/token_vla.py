@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlinf_user.env.spec import EnvSpec
+from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.base import Policy, PolicyOutput
 from rlinf_user.policies.flow_core import additive, attention_2d, layer_step, value_mlp, value_out
 from rlinf_user.policies.flow_vla import apply_finetune, cfg_getter
@@ -139,15 +139,15 @@ class TokenVLAPolicy(Policy):
 
     # -- the prefix: cameras, instruction, proprio ---------------------------------------------
     def prefix_embeddings(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        state = obs["state"].float()
+        state = obs[Col.STATE].float()
         b, dev = state.shape[0], state.device
         embs, pads = [], []
         for slot, cam in enumerate(self.cameras):
-            image = resize_with_pad(obs["images"][cam].to(dev), self.cfg.image_size)
+            image = resize_with_pad(obs[Col.IMAGES][cam].to(dev), self.cfg.image_size)
             e = camera_tokens(self.vision, self.image_proj, self.image_pos, image, slot)
             embs.append(e)
             pads.append(torch.ones(e.shape[:2], dtype=torch.bool, device=dev))
-        prompts = obs.get("instruction") or [self.default_prompt] * b
+        prompts = obs.get(Col.INSTRUCTION) or [self.default_prompt] * b
         tokens, token_mask = self.prompt(list(prompts), dev)
         embs.append(self.vlm.embed_tokens(tokens))
         pads.append(token_mask.bool())
@@ -201,7 +201,7 @@ class TokenVLAPolicy(Policy):
         if deterministic:
             return PolicyOutput(actions, {})
         value = value_out(self.value_head(state_out.float()))
-        return PolicyOutput(actions, {"sample": idx.float(), "log_prob": torch.stack(logps, 1), "value": value})
+        return PolicyOutput(actions, {Col.SAMPLE: idx.float(), Col.LOG_PROB: torch.stack(logps, 1), Col.VALUE: value})
 
     def prefix_state(self, obs: dict[str, Any]) -> torch.Tensor:
         emb, mask = self.prefix_embeddings(obs)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_user.env.spec import EnvSpec, obs_to_torch, stack_obs
+from rlinf_user.env.spec import Col, EnvSpec, obs_to_torch, stack_obs
 from rlinf_user.seeds import episode_seed
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,8 @@ def load_policy_from_checkpoint(path: str | Path, cfg, spec):
 
 def frame_of(env, obs: dict[str, Any]) -> np.ndarray | None:
     """What the video shows: the camera views side by side, else the simulator's render."""
-    if obs["images"]:
-        views = [obs["images"][k] for k in sorted(obs["images"])]
+    if obs[Col.IMAGES]:
+        views = [obs[Col.IMAGES][k] for k in sorted(obs[Col.IMAGES])]
         h = max(v.shape[0] for v in views)
         views = [np.pad(v, ((0, h - v.shape[0]), (0, 0), (0, 0))) for v in views]
         return np.concatenate(views, axis=1)
@@ -85,12 +85,12 @@ def initial_state_key(obs: dict[str, Any]) -> str:
     """A fingerprint of an initial observation: the state to 1e-4 and the camera views
     coarsened (every 4th pixel, 16 levels), so identical scenes match and distinct ones don't."""
     h = hashlib.blake2b(digest_size=12)
-    h.update((np.round(np.asarray(obs["state"], np.float64), 4) + 0.0).tobytes())  # + 0.0: -0 == 0
-    for name in sorted(obs.get("images") or {}):
+    h.update((np.round(np.asarray(obs[Col.STATE], np.float64), 4) + 0.0).tobytes())  # + 0.0: -0 == 0
+    for name in sorted(obs.get(Col.IMAGES) or {}):
         h.update(name.encode())
-        h.update((np.asarray(obs["images"][name])[::4, ::4] // 16).astype(np.uint8).tobytes())
-    if obs.get("instruction") is not None:
-        h.update(str(obs["instruction"]).encode())
+        h.update((np.asarray(obs[Col.IMAGES][name])[::4, ::4] // 16).astype(np.uint8).tobytes())
+    if obs.get(Col.INSTRUCTION) is not None:
+        h.update(str(obs[Col.INSTRUCTION]).encode())
     return h.hexdigest()
 
 

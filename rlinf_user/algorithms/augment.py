@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlinf_user.env.spec import Col
+
 
 def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
     """Shift each uint8/float image in ``(B, H, W, C)`` by up to ``pad`` pixels.
@@ -32,6 +34,6 @@ def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
 
 
 def augment_obs(obs: dict, pad: int) -> dict:
-    if pad <= 0 or not obs.get("images"):
+    if pad <= 0 or not obs.get(Col.IMAGES):
         return obs
-    return {**obs, "images": {k: random_shift(v, pad) for k, v in obs["images"].items()}}
+    return {**obs, Col.IMAGES: {k: random_shift(v, pad) for k, v in obs[Col.IMAGES].items()}}

@@ -31,7 +31,7 @@ from torch import nn
 
 from rlinf_user.algorithms.augment import augment_obs
 from rlinf_user.algorithms.base import Algorithm, ReplayPlan
-from rlinf_user.env.spec import EnvSpec
+from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.actor_critic import CriticEnsemble
 
 log = logging.getLogger(__name__)
@@ -228,10 +228,10 @@ class SAC(Algorithm):
         return q.min(dim=0).values
 
     def _critic_loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        obs, next_obs = batch["obs"], batch["next_obs"]
-        reward = batch["reward"] * self.cfg.reward_scale
+        obs, next_obs = batch[Col.OBS], batch[Col.NEXT_OBS]
+        reward = batch[Col.REWARD] * self.cfg.reward_scale
         # the bootstrap's factor: gamma^k (0 after a terminal state), the buffer's with n-step returns
-        discount = batch["discount"] if "discount" in batch else self.cfg.gamma * (1.0 - batch["terminated"])
+        discount = batch[Col.DISCOUNT] if Col.DISCOUNT in batch else self.cfg.gamma * (1.0 - batch[Col.TERMINATED])
         alpha = self.alpha.detach()
         backup = 1.0 if self.cfg.backup_entropy else 0.0
         enc = self.critic_encoder
@@ -241,7 +241,7 @@ class SAC(Algorithm):
             with torch.no_grad():
                 actor_next = next_feats if self.shared_encoder else self.policy.encoder(next_obs)
                 next_a, next_logp = self.policy.sample_features(actor_next)
-            q_all = self.critic(torch.cat([feats, next_feats.detach()]), torch.cat([batch["action"], next_a]))
+            q_all = self.critic(torch.cat([feats, next_feats.detach()]), torch.cat([batch[Col.ACTION], next_a]))
             q, next_q = q_all.split(feats.shape[0], dim=1)
             with torch.no_grad():
                 target = reward + discount * (self._target_min(next_q) - backup * alpha * next_logp)
@@ -251,18 +251,18 @@ class SAC(Algorithm):
                 next_a, next_logp = self.policy.sample_features(self.policy.encoder(next_obs))
                 next_q = self.target_critic(self.target_encoder(next_obs), next_a)
                 target = reward + discount * (self._target_min(next_q) - backup * alpha * next_logp)
-            q = self.critic(feats, batch["action"])
+            q = self.critic(feats, batch[Col.ACTION])
         loss = F.mse_loss(q, target.unsqueeze(0).expand_as(q)) * q.shape[0]
         return loss, {"critic_loss": loss.item() / q.shape[0], "q_mean": q.mean().item()}
 
     def _actor_loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict]:
         if self.shared_encoder:
             with torch.no_grad():  # the actor sees the critics' encoder detached: no graph to build
-                feats = actor_feats = self.policy.encoder(batch["obs"])
+                feats = actor_feats = self.policy.encoder(batch[Col.OBS])
         else:  # the actor's encoder learns from the actor loss; the critics judge on their own
-            actor_feats = self.policy.encoder(batch["obs"])
+            actor_feats = self.policy.encoder(batch[Col.OBS])
             with torch.no_grad():
-                feats = self.critic_encoder(batch["obs"])
+                feats = self.critic_encoder(batch[Col.OBS])
         action, logp = self.policy.sample_features(actor_feats)
         if self.crossq:
             self.critic.eval()
@@ -270,7 +270,7 @@ class SAC(Algorithm):
         if self.crossq:
             self.critic.train()
         metrics = {"entropy": -logp.mean().item()}
-        demo = batch.get("from_demos")
+        demo = batch.get(Col.FROM_DEMOS)
         if getattr(self.cfg, "actor_loss", "reparam") == "awac":
             return self._awac_loss(batch, feats, actor_feats, action, logp, demo, metrics)
         if self._has_demo_rows(demo):
@@ -292,7 +292,7 @@ class SAC(Algorithm):
     def _bc_term(action, batch, demo, metrics) -> torch.Tensor:
         """Squared distance of the sampled action to the demonstrated one, on demo rows."""
         rows = demo > 0
-        bc = (action[rows] - batch["action"][rows]).square().sum(-1).mean()
+        bc = (action[rows] - batch[Col.ACTION][rows]).square().sum(-1).mean()
         metrics["bc_loss"] = bc.item()
         return bc
 
@@ -300,12 +300,12 @@ class SAC(Algorithm):
         """Advantage-weighted regression onto the batch's actions (AWAC), plus the entropy
         term and the BC pull on demo rows as in SAC's loss."""
         with torch.no_grad():
-            q_data = self.critic(feats, batch["action"]).mean(dim=0)
+            q_data = self.critic(feats, batch[Col.ACTION]).mean(dim=0)
             q_pi = self.critic(feats, action.detach()).mean(dim=0)
             adv = q_data - q_pi
             z = adv / adv.std().clamp_min(1e-6)
             w = torch.exp(z / float(self.cfg.awac_beta)).clamp(max=float(self.cfg.awac_max_weight))
-        data_logp = self.policy.log_prob_features(actor_feats, batch["action"])
+        data_logp = self.policy.log_prob_features(actor_feats, batch[Col.ACTION])
         actor_loss = -(w * data_logp).mean() + (self.alpha.detach() * logp).mean()
         if self._has_demo_rows(demo):
             actor_loss = actor_loss + self.cfg.bc_weight * self._bc_term(action, batch, demo, metrics)
@@ -315,12 +315,12 @@ class SAC(Algorithm):
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One critic update (and an actor/temperature update every ``actor_update_every``)."""
-        obs = augment_obs(batch["obs"], self.cfg.drq_pad)
-        next_obs = augment_obs(batch["next_obs"], self.cfg.drq_pad)
+        obs = augment_obs(batch[Col.OBS], self.cfg.drq_pad)
+        next_obs = augment_obs(batch[Col.NEXT_OBS], self.cfg.drq_pad)
         with_maps = getattr(self.policy.encoder, "with_maps", None)
         if with_maps is not None:  # a frozen backbone runs once per update, not once per encoder that reads it
             obs, next_obs = with_maps(obs, next_obs)
-        batch = {**batch, "obs": obs, "next_obs": next_obs}
+        batch = {**batch, Col.OBS: obs, Col.NEXT_OBS: next_obs}
         critic_loss, metrics = self._critic_loss(batch)
         self.critic_opt.zero_grad(set_to_none=True)
         self.backward(critic_loss, self.critic_opt)

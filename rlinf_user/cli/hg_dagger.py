@@ -169,14 +169,15 @@ def add_demos(learner, reader, spec) -> int:
     import ray
 
     from rlinf_user.data import lerobot_format as fmt
+    from rlinf_user.env.spec import Col
 
     cams = list(spec.cameras)
     n = 0
     for ep in reader.episodes(images=bool(cams)):
         states = ep.columns[fmt.STATE_KEY].astype(np.float32)
-        obs = {"state": states, "images": {c: ep.images[c] for c in cams}}
+        obs = {Col.STATE: states, Col.IMAGES: {c: ep.images[c] for c in cams}}
         if spec.instruction:
-            obs["instruction"] = np.array([ep.task] * len(states))
+            obs[Col.INSTRUCTION] = np.array([ep.task] * len(states))
         actions = ep.columns[fmt.ACTION_KEY].astype(np.float32)
         n = ray.get(learner.add_episode.remote(obs, actions, np.ones(len(states), bool), 0))
     return n

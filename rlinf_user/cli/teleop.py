@@ -15,13 +15,14 @@ log = logging.getLogger(__name__)
 def open_dataset(cfg, env, robot_type: str):
     from rlinf_user.data import lerobot_format as fmt
     from rlinf_user.data.lerobot_writer import LeRobotWriter
+    from rlinf_user.env.spec import Col
 
     if not cfg.dataset.root:
         raise ConfigError("missing required config value: dataset.root (where episodes go, e.g. dataset.root=demos/pick)")
     space = env.observation_space
-    cameras = {k: tuple(v.shape[:2]) for k, v in space["images"].spaces.items()}
+    cameras = {k: tuple(v.shape[:2]) for k, v in space[Col.IMAGES].spaces.items()}
     fps = int(round(cfg.teleop.rate_hz))
-    features = fmt.contract_features(int(space["state"].shape[0]), cameras, fps)
+    features = fmt.contract_features(int(space[Col.STATE].shape[0]), cameras, fps)
     return LeRobotWriter(cfg.dataset.root, fps, features, robot_type=robot_type, resume=cfg.dataset.resume,
                          crf=cfg.dataset.crf, reward=fmt.reward_info(cfg.env))  # fmt: skip
 

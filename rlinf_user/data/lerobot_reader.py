@@ -16,7 +16,7 @@ import numpy as np
 
 from rlinf_user.data import lerobot_format as fmt
 from rlinf_user.data.video import decode_video
-from rlinf_user.env.spec import instruction_array
+from rlinf_user.env.spec import Col, instruction_array
 
 
 @dataclass
@@ -144,19 +144,19 @@ def episode_transitions(
         return None
     nxt = np.concatenate([state[1:], state[-1:]])
     chunk = {
-        "obs/state": state[:keep],
-        "next_obs/state": nxt[:keep],
-        "action": ep.columns[fmt.ACTION_KEY].astype(np.float32)[:keep],
-        "reward": ep.columns.get("next.reward", np.zeros(n, np.float32)).astype(np.float32).reshape(n)[:keep],
-        "terminated": np.zeros(keep, np.float32),
-        "truncated": np.zeros(keep, np.float32),
-        "policy_version": ep.columns.get("policy_version", np.full(n, -1)).astype(np.int64).reshape(n)[:keep],
-        "intervention": ep.columns.get("intervention", np.ones(n, bool)).astype(bool).reshape(n)[:keep],
+        Col.state(Col.OBS): state[:keep],
+        Col.state(Col.NEXT_OBS): nxt[:keep],
+        Col.ACTION: ep.columns[fmt.ACTION_KEY].astype(np.float32)[:keep],
+        Col.REWARD: ep.columns.get("next.reward", np.zeros(n, np.float32)).astype(np.float32).reshape(n)[:keep],
+        Col.TERMINATED: np.zeros(keep, np.float32),
+        Col.TRUNCATED: np.zeros(keep, np.float32),
+        Col.POLICY_VERSION: ep.columns.get("policy_version", np.full(n, -1)).astype(np.int64).reshape(n)[:keep],
+        Col.INTERVENTION: ep.columns.get("intervention", np.ones(n, bool)).astype(bool).reshape(n)[:keep],
     }
     if terminated_last:
-        chunk["terminated"][-1] = 1.0
+        chunk[Col.TERMINATED][-1] = 1.0
     if instruction:
-        chunk["obs/instruction"] = chunk["next_obs/instruction"] = instruction_array([ep.task] * keep)
+        chunk[Col.instruction(Col.OBS)] = chunk[Col.instruction(Col.NEXT_OBS)] = instruction_array([ep.task] * keep)
     for cam in image_keys or []:
         frames = ep.images[cam]
         chunk[f"obs/images/{cam}"] = frames[:keep]

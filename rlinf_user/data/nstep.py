@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlinf_user.env.spec import Col
+
 COLUMNS = ("nstep/return", "nstep/discount", "nstep/boot")
 
 
@@ -44,11 +46,11 @@ class NStepReturns:
     def add(self, chunk: dict[str, np.ndarray]) -> None:
         """Account for ``chunk``'s rows, stored at the ring positions that follow the
         previous chunk's (as :class:`~rlinf_user.data.replay.ReplayBuffer` stores them)."""
-        reward = np.asarray(chunk["reward"], np.float64)
-        term = np.asarray(chunk["terminated"]) > 0
-        trunc = np.asarray(chunk["truncated"]) > 0 if "truncated" in chunk else np.zeros(len(reward), bool)
-        env_id = np.asarray(chunk["env_id"]) if "env_id" in chunk else np.zeros(len(reward), np.int64)
-        step = np.asarray(chunk["step"]) if "step" in chunk else None
+        reward = np.asarray(chunk[Col.REWARD], np.float64)
+        term = np.asarray(chunk[Col.TERMINATED]) > 0
+        trunc = np.asarray(chunk[Col.TRUNCATED]) > 0 if Col.TRUNCATED in chunk else np.zeros(len(reward), bool)
+        env_id = np.asarray(chunk[Col.ENV_ID]) if Col.ENV_ID in chunk else np.zeros(len(reward), np.int64)
+        step = np.asarray(chunk[Col.STEP]) if Col.STEP in chunk else None
         g, n, cap = self.gamma, self.n, self.capacity
         oldest = self.total + len(reward) - cap  # rows below this are overwritten by the end of the chunk
         for j in range(len(reward)):
@@ -94,6 +96,6 @@ def apply(batch: dict[str, np.ndarray], storage: dict[str, np.ndarray], nstep: N
     for k, col in storage.items():
         if k.startswith("next_obs/"):
             out[k] = col[boot]
-    out["reward"] = nstep.ret[idx]
-    out["discount"] = nstep.disc[idx]
+    out[Col.REWARD] = nstep.ret[idx]
+    out[Col.DISCOUNT] = nstep.disc[idx]
     return out

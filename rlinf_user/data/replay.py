@@ -17,10 +17,11 @@ import numpy as np
 
 from rlinf_user.data import nstep as nstep_returns
 from rlinf_user.data.record_log import SEGMENT_BYTES, RecordLog
+from rlinf_user.env.spec import Col
 
 log = logging.getLogger(__name__)
 
-REQUIRED_KEYS = ("obs/state", "next_obs/state", "action", "reward", "terminated")
+REQUIRED_KEYS = Col.REQUIRED
 
 
 class TransitionError(ValueError):
@@ -33,7 +34,7 @@ def validate_chunk(chunk: dict[str, np.ndarray], schema: dict[str, tuple] | None
     if missing:
         raise TransitionError(f"transition chunk lacks {missing}")
     lengths = {k: len(v) for k, v in chunk.items()}
-    n = lengths["reward"]
+    n = lengths[Col.REWARD]
     if any(v != n for v in lengths.values()):
         raise TransitionError(f"ragged transition chunk: {lengths}")
     for k, v in chunk.items():
@@ -117,7 +118,7 @@ class ReplayBuffer:
         return n
 
     def _insert(self, chunk: dict[str, np.ndarray]) -> int:
-        n = len(chunk["reward"])
+        n = len(chunk[Col.REWARD])
         if not self.storage:
             self.schema = {k: (v.shape[1:], v.dtype) for k, v in chunk.items()}
             check_fits(self.capacity, self.schema)

@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlinf_user.env.spec import Col
+
 log = logging.getLogger(__name__)
 
 
@@ -44,8 +46,8 @@ class SuccessClassifier(nn.Module):
 
     def _dummy(self) -> dict[str, Any]:
         return {
-            "state": torch.zeros(1, self.state_dim),
-            "images": {k: torch.zeros(1, h, w, 3, dtype=torch.uint8) for k, (h, w) in self.cameras.items()},
+            Col.STATE: torch.zeros(1, self.state_dim),
+            Col.IMAGES: {k: torch.zeros(1, h, w, 3, dtype=torch.uint8) for k, (h, w) in self.cameras.items()},
         }
 
     def forward(self, obs: dict[str, Any]) -> torch.Tensor:
@@ -54,8 +56,8 @@ class SuccessClassifier(nn.Module):
 
     def probability(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         batch = {
-            "state": torch.as_tensor(np.asarray(obs["state"], np.float32)),
-            "images": {k: torch.as_tensor(np.asarray(obs["images"][k])) for k in self.cameras},
+            Col.STATE: torch.as_tensor(np.asarray(obs[Col.STATE], np.float32)),
+            Col.IMAGES: {k: torch.as_tensor(np.asarray(obs[Col.IMAGES][k])) for k in self.cameras},
         }
         with torch.no_grad():
             return torch.sigmoid(self(batch)).numpy()
@@ -129,7 +131,7 @@ def load_frames(roots: list[str | Path], last_frames: int = 3) -> Frames:
 
 
 def _subset(f: Frames, rows: np.ndarray) -> dict[str, Any]:
-    return {"state": f.state[rows], "images": {k: v[rows] for k, v in f.images.items()}}
+    return {Col.STATE: f.state[rows], Col.IMAGES: {k: v[rows] for k, v in f.images.items()}}
 
 
 def _rates(prob: np.ndarray, label: np.ndarray, threshold: float) -> dict[str, float]:
@@ -186,8 +188,8 @@ def train_classifier(
         rows = np.concatenate([rng.choice(pos, half), rng.choice(neg, batch_size - half)])
         batch = _subset(frames, rows)
         obs = {
-            "state": torch.as_tensor(batch["state"]),
-            "images": {k: torch.as_tensor(v) for k, v in batch["images"].items()},
+            Col.STATE: torch.as_tensor(batch[Col.STATE]),
+            Col.IMAGES: {k: torch.as_tensor(v) for k, v in batch[Col.IMAGES].items()},
         }
         target = torch.as_tensor(frames.label[rows], dtype=torch.float32)
         loss = loss_fn(model(obs), target)

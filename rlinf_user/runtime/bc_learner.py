@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from rlinf_user.algorithms.bc import BC
+from rlinf_user.env.spec import Col
 from rlinf_user.policies.base import build_policy
 from rlinf_user.runtime.learner import as_spec
 from rlinf_user.runtime.weights import WeightPublisher
@@ -67,7 +68,7 @@ class BCLearner:
         contract actions, each a label on its own (no chunk continues past it)."""
         states = np.asarray(states, np.float32)
         n = len(states)
-        return self.add_episode({"state": states}, actions, np.ones(n, bool), source, chunks=False)
+        return self.add_episode({Col.STATE: states}, actions, np.ones(n, bool), source, chunks=False)
 
     def add_episode(self, obs: dict[str, Any], actions: np.ndarray, labelled: np.ndarray, source: int = 1,
                     chunks: bool = True) -> int:  # fmt: skip
@@ -75,7 +76,7 @@ class BCLearner:
         observations as arrays (``state`` (T, S), ``images`` {camera: (T, H, W, 3)},
         optionally ``instruction`` (T,)), ``actions`` (T, 7) what was executed, ``labelled``
         (T,) which steps are labels. Nothing is added when anything does not fit."""
-        states = np.asarray(obs["state"], np.float32)
+        states = np.asarray(obs[Col.STATE], np.float32)
         acts = self.spec.policy_action(np.asarray(actions, np.float32))
         labelled = np.asarray(labelled, bool)
         t = len(states)
@@ -83,7 +84,7 @@ class BCLearner:
             raise ValueError(f"samples of shape {states.shape} / {acts.shape} do not fit state_dim {self.spec.state_dim}")
         if not (np.isfinite(states).all() and np.isfinite(acts).all()):
             raise ValueError("NaN/Inf in labelled samples; nothing was added")
-        images = dict(obs.get("images") or {})
+        images = dict(obs.get(Col.IMAGES) or {})
         missing = [c for c in self.cameras if c not in images or len(images[c]) != t]
         if missing:
             raise ValueError(f"labelled samples lack the frames of camera(s) {missing}; nothing was added")
@@ -96,20 +97,20 @@ class BCLearner:
         ahead = np.minimum(ahead, t - 1)
         target = acts[ahead]
         valid = inside & labelled[ahead]
-        texts = obs.get("instruction")
+        texts = obs.get(Col.INSTRUCTION)
         texts = np.asarray(texts if texts is not None else [""] * t).astype(str)
         with self.lock:
-            self.cols["state"].append(states[idx])
+            self.cols[Col.STATE].append(states[idx])
             self.cols["target"].append(target.astype(np.float32))
             self.cols["valid"].append(valid)
             self.cols["source"].append(np.full(len(idx), source, np.int8))
-            self.cols["instruction"].append(texts[idx])
+            self.cols[Col.INSTRUCTION].append(texts[idx])
             for cam in self.cameras:
                 self.cols[f"images/{cam}"].append(np.asarray(images[cam], np.uint8)[idx])
             return self.size()
 
     def size(self) -> int:
-        return int(sum(len(s) for s in self.cols["state"]))
+        return int(sum(len(s) for s in self.cols[Col.STATE]))
 
     def _merged(self) -> dict[str, np.ndarray]:
         with self.lock:
@@ -120,13 +121,13 @@ class BCLearner:
 
     def _batch(self) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor]:
         d = self._merged()
-        n = len(d["state"])
+        n = len(d[Col.STATE])
         idx = self.rng.integers(0, n, size=min(self.batch_size, max(n, 1)))
         dev = self.device
-        obs: dict[str, Any] = {"state": torch.from_numpy(d["state"][idx]).to(dev),
-                               "images": {c: torch.from_numpy(d[f"images/{c}"][idx]).to(dev) for c in self.cameras}}  # fmt: skip
+        obs: dict[str, Any] = {Col.STATE: torch.from_numpy(d[Col.STATE][idx]).to(dev),
+                               Col.IMAGES: {c: torch.from_numpy(d[f"images/{c}"][idx]).to(dev) for c in self.cameras}}  # fmt: skip
         if self.spec.instruction:
-            obs["instruction"] = [str(x) for x in d["instruction"][idx]]
+            obs[Col.INSTRUCTION] = [str(x) for x in d[Col.INSTRUCTION][idx]]
         return obs, torch.from_numpy(d["target"][idx]).to(dev), torch.from_numpy(d["valid"][idx]).to(dev)
 
     # ------------------------------------------------------------ training
@@ -147,7 +148,7 @@ class BCLearner:
 
     def _fit_normalizer(self) -> None:
         """State statistics from the data held before the first update (the demonstrations)."""
-        states = self._merged()["state"]
+        states = self._merged()[Col.STATE]
         if hasattr(self.policy, "fit_normalizer"):
             self.policy.fit_normalizer(torch.from_numpy(states).to(self.device))
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from rlinf_user.algorithms.base import Algorithm, build_algorithm
-from rlinf_user.env.spec import EnvSpec
+from rlinf_user.env.spec import Col, EnvSpec
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class DataParallel:
         metrics = self.algo.update(shard(batch, self.world, 0))
         self.algo.sync_buffers()
         ray.get(refs)
-        return {**metrics, "rows": float(len(batch["advantage"])), "data_parallel": float(self.world)}
+        return {**metrics, "rows": float(len(batch[Col.ADVANTAGE])), "data_parallel": float(self.world)}
 
     def start_replay(self, batches: list[dict[str, np.ndarray]]) -> tuple[list, list[dict[str, np.ndarray]]]:
         """Sends each replica its shards of the sampled ``batches`` (they start updating at

@@ -479,7 +479,7 @@ class EnvWorker:
         for i in np.flatnonzero(classified & ~terms & ~truncs):
             final = copy.deepcopy(index_obs(next_obs, int(i)))  # its rows are overwritten below
             first = self.envs.end_episode(int(i))
-            next_obs["state"][i] = first["state"]
+            next_obs[Col.STATE][i] = first[Col.STATE]
             for part in ("images", "timestamps"):
                 for k in next_obs[part]:
                     next_obs[part][k][i] = first[part][k]
@@ -499,8 +499,8 @@ class EnvWorker:
             for i in range(self.envs.num_envs)
         ]
         return {
-            "state": np.stack([r["state"] for r in rows]).astype(np.float32),
-            "images": {k: np.stack([r["images"][k] for r in rows]) for k in rows[0]["images"]},
+            Col.STATE: np.stack([r["state"] for r in rows]).astype(np.float32),
+            Col.IMAGES: {k: np.stack([r["images"][k] for r in rows]) for k in rows[0][Col.IMAGES]},
         }
 
     def _flush(self) -> None:

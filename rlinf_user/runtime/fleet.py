@@ -151,7 +151,7 @@ class Adapter:
         """A batched observation (leading batch axis) in the fleet's form."""
         if self.identity:
             return obs
-        state = np.asarray(obs["state"], np.float32)
+        state = np.asarray(obs[Col.STATE], np.float32)
         b = state.shape[0]
         out = np.zeros((b, self.fleet.state_dim), np.float32)
         out[:, : state.shape[1]] = state
@@ -159,8 +159,8 @@ class Adapter:
             out[:, self.fleet.env_state_dim + self.index] = 1.0
         images = {}
         for cam, (h, w) in self.fleet.cameras.items():
-            images[cam] = obs["images"][cam] if cam in obs["images"] else np.zeros((b, h, w, 3), np.uint8)
-        adapted = {"state": out, "images": images}
+            images[cam] = obs[Col.IMAGES][cam] if cam in obs[Col.IMAGES] else np.zeros((b, h, w, 3), np.uint8)
+        adapted = {Col.STATE: out, Col.IMAGES: images}
         if "timestamps" in obs:
             stamps = obs["timestamps"]
             adapted["timestamps"] = {k: stamps[k] if k in stamps else np.zeros(b) for k in (*stamps, *images)}

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from rlinf_user.data.replay import ReplayBuffer, TransitionError
+from rlinf_user.env.spec import Col
 from rlinf_user.runtime.ordered_sink import SenderOrder
 
 log = logging.getLogger(__name__)
@@ -78,14 +79,14 @@ class ReplayService:
     def _store(self, chunk: dict[str, np.ndarray]) -> int:
         with self.lock:
             try:
-                flags = self.buffer.storage.get("intervention")
-                n = len(chunk["reward"]) if "reward" in chunk else 0
+                flags = self.buffer.storage.get(Col.INTERVENTION)
+                n = len(chunk[Col.REWARD]) if Col.REWARD in chunk else 0
                 # the flagged positions change only if this chunk has flags or overwrites some
                 overwrites = flags is not None and bool(
                     flags[(self.buffer.cursor + np.arange(n)) % self.buffer.capacity].any()
                 )
                 n = self.buffer.add(chunk)
-                if flags is None or overwrites or bool(np.any(chunk.get("intervention", False))):
+                if flags is None or overwrites or bool(np.any(chunk.get(Col.INTERVENTION, False))):
                     self._iv_index = None
                 return n
             except TransitionError as err:
@@ -95,10 +96,10 @@ class ReplayService:
 
     def _interventions(self) -> np.ndarray:
         """Buffer positions holding intervention transitions (lock held)."""
-        if not self.interventions_as_demos or "intervention" not in self.buffer.storage:
+        if not self.interventions_as_demos or Col.INTERVENTION not in self.buffer.storage:
             return np.zeros(0, np.int64)
         if self._iv_index is None:
-            self._iv_index = np.flatnonzero(self.buffer.storage["intervention"][: self.buffer.size])
+            self._iv_index = np.flatnonzero(self.buffer.storage[Col.INTERVENTION][: self.buffer.size])
         return self._iv_index
 
     def _demo_side(self, n: int) -> dict[str, np.ndarray] | None:
@@ -148,10 +149,10 @@ class ReplayService:
                 for k in keys
             }
             # which rows are demonstrations (an actor's BC term reads it): the last n_demo
-            online["from_demos"] = np.arange(batch_size)[None, :].repeat(num_batches, 0) >= batch_size - n_demo
+            online[Col.FROM_DEMOS] = np.arange(batch_size)[None, :].repeat(num_batches, 0) >= batch_size - n_demo
             return online
         out = {k: v.reshape(num_batches, batch_size, *v.shape[1:]) for k, v in online.items()}
-        out["from_demos"] = np.zeros((num_batches, batch_size), bool)
+        out[Col.FROM_DEMOS] = np.zeros((num_batches, batch_size), bool)
         return out
 
     def sample_demos(self, batch_size: int) -> dict[str, np.ndarray] | None:
@@ -181,8 +182,8 @@ class ReplayService:
             "restored": self.restored,
             "rejected": self.rejected,
             "demos": 0 if self.demos is None else self.demos.size,
-            "interventions": int(np.count_nonzero(self.buffer.storage["intervention"][: self.buffer.size]))
-            if "intervention" in self.buffer.storage
+            "interventions": int(np.count_nonzero(self.buffer.storage[Col.INTERVENTION][: self.buffer.size]))
+            if Col.INTERVENTION in self.buffer.storage
             else 0,
             "intervention_samples": self.intervention_samples,
             **self.order.stats(),
@@ -225,13 +226,13 @@ def relabel_rewards(buf: ReplayBuffer, reward: dict) -> None:
     for start in range(0, buf.size, 1024):
         end = min(buf.size, start + 1024)
         obs = {
-            "state": st["next_obs/state"][start:end],
-            "images": {k: st[f"next_obs/images/{k}"][start:end] for k in model.cameras},
+            Col.STATE: st[Col.state(Col.NEXT_OBS)][start:end],
+            Col.IMAGES: {k: st[f"next_obs/images/{k}"][start:end] for k in model.cameras},
         }
         success = model.probability(obs) >= threshold
-        st["reward"][start:end] = reward["success_reward"] * success
+        st[Col.REWARD][start:end] = reward["success_reward"] * success
         if reward.get("ends_episode", False):
-            st["terminated"][start:end] = np.maximum(st["terminated"][start:end], success)
+            st[Col.TERMINATED][start:end] = np.maximum(st[Col.TERMINATED][start:end], success)
         positives += int(success.sum())
     log.info(
         "demos: rewards relabelled by the success classifier (%d of %d transitions successes)", positives, buf.size
@@ -291,12 +292,12 @@ def _lerobot_demos(
             continue
         # one stream per episode, numbered by frame: n-step returns never cross an episode
         # or a gap where the policy's steps are left out
-        rows = len(chunk["reward"])
-        chunk["env_id"] = np.full(rows, ep.index, np.int64)
-        chunk["step"] = np.asarray(ep.columns["frame_index"], np.int64).reshape(-1)[:rows]
+        rows = len(chunk[Col.REWARD])
+        chunk[Col.ENV_ID] = np.full(rows, ep.index, np.int64)
+        chunk[Col.STEP] = np.asarray(ep.columns["frame_index"], np.int64).reshape(-1)[:rows]
         # An HG-DAgger session (or an RL run's recording) holds the policy's own steps too:
         # only what the human did is a demonstration. Teleop datasets are all human.
-        human = chunk["intervention"]
+        human = chunk[Col.INTERVENTION]
         policy_steps += int((~human).sum())
         if human.any():
             chunks.append({k: v[human] for k, v in chunk.items()})
@@ -305,7 +306,7 @@ def _lerobot_demos(
             f"demos={root}: no human-controlled transitions in {reader.num_episodes} episode(s) "
             "(demonstrations are the steps flagged `intervention`)"
         )
-    n = sum(len(c["reward"]) for c in chunks)
+    n = sum(len(c[Col.REWARD]) for c in chunks)
     demos = ReplayBuffer(capacity=n, nstep=nstep, gamma=gamma)
     for c in chunks:
         demos.add(c)

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from rlinf_user.env.spec import Col
+
 log = logging.getLogger(__name__)
 
 LOOKUP_TIMEOUT_S = 120.0
@@ -52,16 +54,16 @@ class RewardServer:
 
     def score(self, obs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         """(reward, success) per row of a batch of observations."""
-        state = np.asarray(obs["state"], np.float32)
+        state = np.asarray(obs[Col.STATE], np.float32)
         if state.ndim != 2 or state.shape[1] != self.model.state_dim:
             raise ValueError(
                 f"reward: state of shape {state.shape} for a classifier of state_dim {self.model.state_dim}"
             )
         for k, (h, w) in self.model.cameras.items():
-            img = obs["images"].get(k)
+            img = obs[Col.IMAGES].get(k)
             if img is None or np.asarray(img).shape != (state.shape[0], h, w, 3):
                 raise ValueError(f"reward: the classifier needs camera {k!r} as ({state.shape[0]}, {h}, {w}, 3) uint8")
-        prob = self.model.probability({"state": state, "images": obs["images"]})
+        prob = self.model.probability({Col.STATE: state, Col.IMAGES: obs[Col.IMAGES]})
         success = prob >= self.threshold
         self.calls += 1
         self.rows += len(success)

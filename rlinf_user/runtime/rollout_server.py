@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_user.env.spec import batch_size, concat_obs, index_obs_torch, obs_to_torch
+from rlinf_user.env.spec import Col, batch_size, concat_obs, index_obs_torch, obs_to_torch
 from rlinf_user.runtime.learner import as_spec, resolve_device
 
 log = logging.getLogger(__name__)
@@ -81,11 +81,11 @@ class RolloutServer:
         on-policy rounds): answered by that version or a newer one, waiting for it."""
         n = batch_rows(obs)
         for k in self.spec.cameras:
-            if k not in obs["images"] or np.asarray(obs["images"][k]).shape[0] != n:
+            if k not in obs[Col.IMAGES] or np.asarray(obs[Col.IMAGES][k]).shape[0] != n:
                 raise ValueError(f"rollout: camera {k!r} is missing or has a different batch size than state ({n})")
-        if np.asarray(obs["state"]).shape[1:] != (self.spec.state_dim,):
+        if np.asarray(obs[Col.STATE]).shape[1:] != (self.spec.state_dim,):
             raise ValueError(
-                f"rollout: state of shape {np.asarray(obs['state']).shape} for state_dim {self.spec.state_dim}"
+                f"rollout: state of shape {np.asarray(obs[Col.STATE]).shape} for state_dim {self.spec.state_dim}"
             )
         loop = asyncio.get_running_loop()
         if self._task is None:
@@ -156,7 +156,7 @@ class RolloutServer:
         """The policy on a batch; out of device memory, the batch is halved (and
         ``max_batch`` with it, for every later batch) until it fits, so the server goes on
         serving smaller batches. Out of memory on a single row is the callers' error."""
-        n = int(obs["state"].shape[0])
+        n = int(obs[Col.STATE].shape[0])
         try:
             result = self.policy.act(obs, deterministic=deterministic)
             return result.actions.float().cpu().numpy(), {k: v.float().cpu().numpy() for k, v in result.extras.items()}

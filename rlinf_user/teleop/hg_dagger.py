@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_user.env.spec import obs_to_torch, stack_obs
+from rlinf_user.env.spec import Col, obs_to_torch, stack_obs
 from rlinf_user.evaluation import wilson
 from rlinf_user.robots.teleop.command import DeviceDisconnected
 from rlinf_user.teleop.gate import InterventionGate
@@ -95,7 +95,7 @@ class HGDaggerSession:
 
     def episode(self, round_: int, index: int, kind: str, seed: int | None) -> EpisodeLog:
         obs, _ = self.env.reset(seed=seed)
-        task = obs.get("instruction") or self.task  # the episode's language instruction is its task
+        task = obs.get(Col.INSTRUCTION) or self.task  # the episode's language instruction is its task
         self.gate.reset()
         self.device.release()
         if self.human is not None and hasattr(self.human, "reset"):
@@ -149,7 +149,7 @@ class HGDaggerSession:
             if self.writer is not None:
                 self.writer.add_frame(
                     frame_values(obs, d.action, reward, terminated, truncated, success, d.intervention, self.subscriber.version),
-                    {c: obs["images"][c] for c in self.cameras},
+                    {c: obs[Col.IMAGES][c] for c in self.cameras},
                 )
             clean = bool(d.intervention and d.alpha >= 1.0)  # fully the human's action: a clean label
             if kind == "dagger":
@@ -220,11 +220,11 @@ class HGDaggerSession:
 def episode_arrays(observations: list[dict], cameras: list[str]) -> dict[str, Any]:
     """An episode's observations as arrays (``state``, ``images``, ``instruction``)."""
     out: dict[str, Any] = {
-        "state": np.stack([o["state"] for o in observations]).astype(np.float32),
-        "images": {c: np.stack([o["images"][c] for o in observations]) for c in cameras},
+        Col.STATE: np.stack([o[Col.STATE] for o in observations]).astype(np.float32),
+        Col.IMAGES: {c: np.stack([o[Col.IMAGES][c] for o in observations]) for c in cameras},
     }
-    if observations and "instruction" in observations[0]:
-        out["instruction"] = np.array([str(o["instruction"]) for o in observations])
+    if observations and Col.INSTRUCTION in observations[0]:
+        out[Col.INSTRUCTION] = np.array([str(o[Col.INSTRUCTION]) for o in observations])
     return out
 
 

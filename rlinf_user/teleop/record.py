@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from rlinf_user.data.lerobot_writer import LeRobotWriter
+from rlinf_user.env.spec import Col
 from rlinf_user.robots.teleop.command import DeviceDisconnected, TeleopCommand
 from rlinf_user.robots.teleop.device import Teleop
 
@@ -57,7 +58,7 @@ class SessionStats:
 
 def frame_values(obs, action, reward, terminated, truncated, success, intervention, policy_version) -> dict:
     return {
-        "observation.state": obs["state"],
+        "observation.state": obs[Col.STATE],
         "action": action,
         "next.reward": float(reward),
         "next.done": bool(terminated or truncated),
@@ -139,7 +140,7 @@ class Recorder:
     def episode(self, seed: int | None = None) -> EpisodeResult:
         while True:  # re-record loops here
             obs, _ = self.env.reset(seed=seed)
-            task = obs.get("instruction") or self.task  # the episode's language instruction is its task
+            task = obs.get(Col.INSTRUCTION) or self.task  # the episode's language instruction is its task
             if not self.device.started and self.before_step is None:
                 self.device.start()  # device input counts from when the robot is ready
             self.device.release()
@@ -188,7 +189,7 @@ class Recorder:
                 success = bool(info.get("success", False))
                 self.writer.add_frame(
                     frame_values(obs, action, reward, terminated, truncated, success, True, -1),
-                    {c: obs["images"][c] for c in self.cameras},
+                    {c: obs[Col.IMAGES][c] for c in self.cameras},
                 )
                 obs = next_obs
                 if terminated or truncated:

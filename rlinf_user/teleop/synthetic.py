@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rlinf_user.env.spec import Col
 from rlinf_user.robots.teleop.spacemouse import SpaceMouse, button_report, translation_report
 
 
@@ -153,7 +154,7 @@ class PickCubeExpert:
     def progress(self, obs: dict) -> float:
         """How far the pick has got: minus the path left to the grasp (via the point above
         the block while not lined up), a bonus for closing at the block, then the lift."""
-        s = obs["state"]
+        s = obs[Col.STATE]
         tcp, block = np.asarray(s[15:18], np.float64), self._block(s)
         if self.block_z0 is None:
             self.block_z0 = float(block[2])
@@ -167,7 +168,7 @@ class PickCubeExpert:
         return -left + (0.05 * float(s[14]) if left < 0.015 else 0.0)
 
     def __call__(self, obs: dict) -> np.ndarray:
-        s = obs["state"]
+        s = obs[Col.STATE]
         closed = float(s[14]) > 0.5
         tcp, block = np.asarray(s[15:18], np.float64), self._block(s)
         if self.block_z0 is None:

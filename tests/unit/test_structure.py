@@ -1,5 +1,6 @@
 """The layout rules that keep every idea in one room, checked over the package's source:
-the runtime never names an algorithm or reads its keys."""
+the runtime never names an algorithm or reads its keys; transition columns are named
+through ``Col`` only."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import ast
 from pathlib import Path
 
 from rlinf_user.algorithms.base import ALGORITHMS
+from rlinf_user.env.spec import Col
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "rlinf_user"
@@ -57,3 +59,62 @@ def test_every_algorithm_declares_its_config_plan_and_family():
         plan = cls.data_plan(cls.config())
         assert isinstance(plan, (ReplayPlan, OnPolicyPlan)), name
         assert cls.resumes(name)
+
+
+# the learning side, where dicts of transition columns (and observations) travel; the edge
+# speaks its own wire format (rlinf_user.edge.protocol) and the env contract its own spaces
+COLUMN_SIDE = [PACKAGE / d for d in ("algorithms", "data", "runtime", "reward", "teleop", "cli", "evaluation.py")]
+COLUMN_SIDE.append(ROOT / "policies")
+# containers that are not transitions: configs, records of episodes and evaluations, wire messages
+NOT_COLUMNS = {"cfg", "config", "rw", "iv", "env", "hg", "placement_cfg", "res", "body", "recorded", "now", "info",
+               "infos", "result", "best", "row", "ep", "e", "r", "summary", "s", "test", "msg", "arrays", "meta"}  # fmt: skip
+COLUMN_NAMES = {v for k, v in vars(Col).items() if k.isupper() and isinstance(v, str)}
+
+
+def _container(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        if isinstance(node, ast.Attribute) and node.attr in NOT_COLUMNS:
+            return node.attr
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _is_column(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    head, _, tail = value.partition("/")
+    return value in COLUMN_NAMES or (bool(tail) and head in (Col.OBS, Col.NEXT_OBS))
+
+
+def _column_literals(tree: ast.AST) -> list[ast.Constant]:
+    """String literals used as a column's name: a subscript, ``get``/``pop``/``in`` on a
+    container of columns, or the keys of a dict whose keys are all column names."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            if _container(node.value) not in NOT_COLUMNS:
+                out.append(node.slice)
+        elif isinstance(node, ast.Dict):
+            keys = [k for k in node.keys if isinstance(k, ast.Constant)]
+            if keys and all(_is_column(k.value) for k in keys):
+                out += keys
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop"):
+            if node.args and isinstance(node.args[0], ast.Constant) and _container(node.func.value) not in NOT_COLUMNS:
+                out.append(node.args[0])
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant):
+            if any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops) and _container(node.comparators[0]) not in NOT_COLUMNS:
+                out.append(node.left)
+    return [k for k in out if _is_column(k.value)]
+
+
+def test_transition_columns_are_named_through_col_only():
+    found = []
+    for path in _files(COLUMN_SIDE):
+        for k in _column_literals(ast.parse(path.read_text(), str(path))):
+            found.append(f"{path.relative_to(ROOT)}:{k.lineno} {k.value!r}")
+    assert not found, "use rlinf_user.env.spec.Col (add a name there for a new column):\n" + "\n".join(found)
+
+
+def test_the_column_lint_sees_a_literal_column():
+    code = 'batch["reward"] * 2\ncols = {"obs/state": s, "action": a}\nif "discount" in batch: pass\ncfg.get("reward")'
+    assert sorted(k.value for k in _column_literals(ast.parse(code))) == ["action", "discount", "obs/state", "reward"]

@@ -114,8 +114,8 @@ class PPO(Algorithm):
         cfg = self.cfg
         data = columns_to_torch(batch, self.device)
         obs, sample = data[Col.OBS], data[Col.SAMPLE]
-        old_logp, adv = data[Col.LOG_PROB].float(), data["advantage"].float()
-        ret = data["return"].float()
+        old_logp, adv = data[Col.LOG_PROB].float(), data[Col.ADVANTAGE].float()
+        ret = data[Col.RETURN].float()
         old_v = data[Col.VALUE].float() if Col.VALUE in data else torch.zeros_like(ret)
         n = len(adv)
         # action-level credit: an advantage and a return per action of the row's chunk,
@@ -198,7 +198,7 @@ class PPO(Algorithm):
                 break  # (data-parallel replicas stop together: the decision is on their mean KL)
         self.num_updates += 1
         if cfg.norm_obs and hasattr(self.policy, "update_normalizer"):
-            self.policy.update_normalizer(self.group_rows(obs["state"]))
+            self.policy.update_normalizer(self.group_rows(obs[Col.STATE]))
         with torch.no_grad():
             r, ov = (ret, old_v) if ran is None else (ret[ran > 0], old_v[ran > 0])
             var = float(r.var()) if len(r) > 1 else 0.0

@@ -176,7 +176,7 @@ class OnPolicyStore:
             if Col.STEP_REWARDS in cols:
                 cols[Col.STEP_REWARDS] = cols[Col.STEP_REWARDS] * self.reward_scale
         credit = gae_actions if Col.STEP_REWARDS in cols else gae
-        cols["advantage"], cols["return"] = credit(cols, value_fn, self.gamma, self.lam)
+        cols[Col.ADVANTAGE], cols[Col.RETURN] = credit(cols, value_fn, self.gamma, self.lam)
         return cols
 
     # -- GRPO ------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ class OnPolicyStore:
             advantages = self._step_advantages(eps) if self.baseline == "step" else self._episode_advantages(eps)
             for (ep, r), adv in zip(eps, advantages):
                 n = len(ep[Col.REWARD])
-                parts.append({**ep, "advantage": adv, "return": np.full(n, r, np.float32)})
+                parts.append({**ep, Col.ADVANTAGE: adv, Col.RETURN: np.full(n, r, np.float32)})
         if not parts:
             return None
         cols = self._fresh(_concat(parts), version, max_lag)
