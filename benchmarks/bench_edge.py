@@ -248,7 +248,7 @@ class Load:
 
 
 def free_port_pair() -> int:
-    from rlinf_user.edge.procs import free_ports
+    from rlinf_user.procs import free_ports
 
     return free_ports(3)
 
@@ -414,7 +414,7 @@ def serve(spec_path: str) -> None:
 
 def remote_env(port: int, cameras: list[str], task: str = "edge", keys: dict | None = None):
     from rlinf_user.edge.client import EdgeClient
-    from rlinf_user.env.remote import RemoteRobotEnv
+    from rlinf_user.edge.remote_env import RemoteRobotEnv
 
     keys = keys or {}
     client = EdgeClient("127.0.0.1", port, server_public_key=keys.get("edge_public"),

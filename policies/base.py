@@ -34,6 +34,7 @@ POLICIES = Registry(
         "token_vla": "rlinf_user.policies.token_vla:TokenVLAPolicy",
         "openpi_remote": "rlinf_user.policies.openpi_remote:OpenpiRemotePolicy",
     },
+    entry_points="rlinf_user.policies",
 )
 
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from rlinf_user.env.spec import Col
+from rlinf_user.registry import Registry
 
 
 class StateNormalizer(nn.Module):
@@ -130,23 +131,42 @@ def encoder_kind(policy_cfg) -> str:
     return str(kind or policy_cfg.name)
 
 
+def _get(policy_cfg):
+    return policy_cfg.get if hasattr(policy_cfg, "get") else lambda k, d=None: getattr(policy_cfg, k, d)
+
+
+def state_encoder(policy_cfg, spec) -> nn.Module:
+    return StateEncoder(spec.state_dim)
+
+
+def conv_encoder(policy_cfg, spec) -> nn.Module:
+    return ConvEncoder(spec.state_dim, dict(spec.cameras), policy_cfg.encoder_channels, policy_cfg.image_feature_dim,
+                       autocast=bool(_get(policy_cfg)("image_autocast", False)))  # fmt: skip
+
+
+def pretrained_encoder(policy_cfg, spec) -> nn.Module:
+    from rlinf_user.policies.image_encoders import PretrainedImageEncoder
+
+    get = _get(policy_cfg)
+    return PretrainedImageEncoder(spec.state_dim, dict(spec.cameras), policy_cfg.image_feature_dim,
+                                  bool(get("encoder_finetune", False)), get("vision_weights"),
+                                  int(get("spatial_kernels", 8)), kind=encoder_kind(policy_cfg),
+                                  round_features=bool(get("frame_features", False)),
+                                  autocast=bool(get("image_autocast", False)))  # fmt: skip
+
+
+#: observation encoders by ``policy.encoder`` (a builder ``(policy_cfg, spec) -> nn.Module``)
+ENCODERS = Registry("encoder", {
+    "mlp": "rlinf_user.policies.encoders:state_encoder",
+    "cnn": "rlinf_user.policies.encoders:conv_encoder",
+    "efficientnet": "rlinf_user.policies.encoders:pretrained_encoder",
+    "resnet10": "rlinf_user.policies.encoders:pretrained_encoder",
+}, entry_points="rlinf_user.encoders")  # fmt: skip
+
+
 def build_encoder(policy_cfg, spec) -> nn.Module:
     """The observation encoder for ``spec`` (:class:`rlinf_user.env.spec.EnvSpec`)."""
     kind = encoder_kind(policy_cfg)
-    get = policy_cfg.get if hasattr(policy_cfg, "get") else lambda k, d=None: getattr(policy_cfg, k, d)
-    if kind == "mlp":
-        return StateEncoder(spec.state_dim)
-    if kind == "cnn":
-        return ConvEncoder(spec.state_dim, dict(spec.cameras), policy_cfg.encoder_channels, policy_cfg.image_feature_dim,
-                           autocast=bool(get("image_autocast", False)))  # fmt: skip
-    if kind in ("efficientnet", "resnet10"):
-        from rlinf_user.policies.image_encoders import PretrainedImageEncoder
-
-        return PretrainedImageEncoder(spec.state_dim, dict(spec.cameras), policy_cfg.image_feature_dim,
-                                      bool(get("encoder_finetune", False)), get("vision_weights"),
-                                      int(get("spatial_kernels", 8)), kind=kind,
-                                      round_features=bool(get("frame_features", False)),
-                                      autocast=bool(get("image_autocast", False)))  # fmt: skip
-    raise ValueError(
-        f"unknown encoder {kind!r} (policy {policy_cfg.name!r}); available: mlp, cnn, efficientnet, resnet10"
-    )
+    if kind not in ENCODERS:
+        raise ValueError(f"unknown encoder {kind!r} (policy {policy_cfg.name!r}); available: {', '.join(ENCODERS.names())}")
+    return ENCODERS.get(kind)(policy_cfg, spec)

@@ -78,7 +78,7 @@ def _resnet10(weights):
 BACKBONES = Registry("image encoder", {
     "efficientnet": "rlinf_user.policies.image_encoders:LiteBackbone",
     "resnet10": "rlinf_user.policies.image_encoders:_resnet10",
-})  # fmt: skip
+}, entry_points="rlinf_user.backbones")  # fmt: skip
 
 
 def build_backbone(kind: str, weights: str | os.PathLike | None = None) -> nn.Module:

@@ -36,7 +36,7 @@ def run_keygen(directory: str, console: Console) -> int:
 
 
 def make_backend_factory(cfg) -> Any:
-    from rlinf_user.edge.factory import franka_backend, sim_backend
+    from rlinf_user.edge.factory import ARMS, sim_backend
 
     if cfg.env is not None:
         return functools.partial(sim_backend, OmegaConf.to_container(cfg.env, resolve=True))
@@ -44,7 +44,7 @@ def make_backend_factory(cfg) -> Any:
     safety = OmegaConf.to_container(cfg.safety, resolve=True)
     safety.pop("workspace_from", None)  # already applied to workspace_low/high by the config
     safety["watchdog_periods"] = int(safety["watchdog_periods"])
-    return functools.partial(franka_backend, robot, safety)
+    return functools.partial(ARMS.get(str(cfg.arm)), robot, safety)
 
 
 def start_cameras(cfg, sim_server=None) -> dict[str, Any]:

@@ -207,7 +207,7 @@ def validate(cfg: DictConfig) -> None:
     from rlinf_user.env.registry import validate_env_config
 
     if fleet:
-        from rlinf_user.runtime.fleet import members
+        from rlinf_user.config.fleet import members
 
         try:
             ms = members(cfg)

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from rlinf_user.edge.arm import PROPRIO_NAMES, ArmDriver, ArmError
 from rlinf_user.edge.ratelimit import LogThrottle
 from rlinf_user.edge.safety import Breach, SafetyConfig, SafetyFilter
+from rlinf_user.robots.arm import PROPRIO_NAMES, ArmDriver, ArmError
 
 log = logging.getLogger(__name__)
 

@@ -68,6 +68,7 @@ class EdgeServeConfig:
     frame_max_age_s: float = 0.25
     safety: SafetySchema = field(default_factory=SafetySchema)
     robot: dict[str, Any] | None = None  # driver options (robot/<name>.yaml)
+    arm: str = "franka"  # the arm backend that drives them (rlinf_user.edge.factory.ARMS, or a plugin's)
     franky_sim: bool = False  # start franky-sim (MuJoCo, libfranka protocol) and drive it
     # extra props in franky-sim's scene: "calibration" (ChArUco boards, a wrist and a front
     # camera for `rlinf-user calibrate`; sim cameras name them with scene_camera)

@@ -466,7 +466,7 @@ def serve(make_backend: Callable[[], EdgeBackend], address: str, hz: float, watc
           daemon_timeout_s: float = 2.0, daemon_pid: int | None = None) -> None:  # fmt: skip
     """Entry point of the control-loop process: build the backend, report, loop."""
     logging.basicConfig(level=log_level, format="%(asctime)s control %(levelname)s %(message)s")
-    from rlinf_user.edge.procs import die_with_parent
+    from rlinf_user.procs import die_with_parent
 
     die_with_parent(signal.SIGTERM)  # a SIGKILLed daemon still ends this process (held, below)
     signal.signal(signal.SIGTERM, _raise_exit)

@@ -56,11 +56,11 @@ from zmq.utils.monitor import recv_monitor_message
 
 from rlinf_user.edge import protocol
 from rlinf_user.edge.control_loop import PAIR_HWM
-from rlinf_user.edge.procs import make_ipc_dir
 from rlinf_user.edge.protocol import Message, ProtocolError, decode, encode, error
 from rlinf_user.edge.ratelimit import LogThrottle, PeerLimiter, TokenBucket
 from rlinf_user.edge.security import HANDSHAKE_FAILURES, ServerAuth, is_ipv4, user_id
 from rlinf_user.edge.session import ControlSession, Peer
+from rlinf_user.procs import make_ipc_dir
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class EdgeDaemon:
         Call it from a thread that lives as long as the daemon (the main thread): the
         control-loop process is told to stop when the thread that started it ends."""
         from rlinf_user.edge.control_loop import serve
-        from rlinf_user.edge.procs import raise_fd_limit
+        from rlinf_user.procs import raise_fd_limit
 
         old, new = raise_fd_limit()
         if new != old:
@@ -206,7 +206,7 @@ class EdgeDaemon:
         try:
             sock.bind(f"tcp://{self.bind}:{port}")
         except zmq.ZMQError as err:
-            from rlinf_user.edge.procs import port_holder
+            from rlinf_user.procs import port_holder
 
             host = self.bind if is_ipv4(self.bind) and self.bind != "0.0.0.0" else None
             holder = port_holder(port, host) if err.errno == zmq.EADDRINUSE else None

@@ -1,10 +1,18 @@
-"""Picklable backend builders: the control-loop process calls one to get its backend."""
+"""Picklable backend builders: the control-loop process calls one to get its backend.
+
+An arm is found by ``arm:`` in ``configs/edge/<robot>.yaml`` in :data:`ARMS`: a builder
+``(driver options, safety options) -> ArmBackend``. A lab's own arm is a package with a
+``rlinf_user.arms`` entry point whose builder wraps its :class:`rlinf_user.robots.arm.ArmDriver`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rlinf_user.edge.backends import ArmBackend, SimBackend
+from rlinf_user.registry import Registry
+
+ARMS = Registry("arm", {"franka": "rlinf_user.edge.factory:franka_backend"}, entry_points="rlinf_user.arms")
 
 
 def sim_backend(env_cfg: dict[str, Any], seed: int = 0) -> SimBackend:

@@ -48,7 +48,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from rlinf_user.edge.arm import ArmCommand, ArmState
+from rlinf_user.robots.arm import ArmCommand, ArmState
 
 log = logging.getLogger(__name__)
 

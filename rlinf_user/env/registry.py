@@ -21,7 +21,7 @@ SIMS = Registry(
 ROBOTS = Registry(
     # any robot (or served simulator) behind `rlinf-user edge`; the name picks the defaults
     "robot",
-    {"franka": "rlinf_user.env.remote:RemoteRobotEnv"},
+    {"franka": "rlinf_user.edge.remote_env:RemoteRobotEnv"},
     entry_points="rlinf_user.robots",
 )
 

@@ -32,7 +32,18 @@ from typing import Any
 
 import numpy as np
 
-KINDS = ("realsense", "zed", "sim", "synthetic")
+from rlinf_user.registry import Registry
+
+CAMERAS = Registry(
+    "camera",
+    {
+        "realsense": "rlinf_user.robots.cameras.realsense:RealSenseCamera",
+        "zed": "rlinf_user.robots.cameras.zed:ZedCamera",
+        "sim": "rlinf_user.robots.cameras.sim:SimCamera",
+        "synthetic": "rlinf_user.robots.cameras.sim:SyntheticCamera",
+    },
+    entry_points="rlinf_user.cameras",
+)
 
 
 class CameraError(RuntimeError):
@@ -97,8 +108,8 @@ class CameraConfig:
             raise ValueError(f"{where}: serial is required (the preset leaves it as ???)")
         if self.serial is not None:
             self.serial = str(self.serial)
-        if self.kind not in KINDS:
-            raise ValueError(f"{where}: unknown kind {self.kind!r}; known: {', '.join(KINDS)}")
+        if self.kind not in CAMERAS:
+            raise ValueError(f"{where}: unknown kind {self.kind!r}; known: {', '.join(CAMERAS.names())}")
         if self.width <= 0 or self.height <= 0 or self.fps < 0:
             raise ValueError(f"{where}: width/height must be > 0 and fps >= 0")
         if self.crop is not None:
@@ -217,24 +228,9 @@ class Camera(abc.ABC):
 
 
 def make_camera(cfg: CameraConfig, **kwargs: Any) -> Camera:
-    """The camera for ``cfg.kind``; ``kwargs`` go to its constructor (e.g. ``render=`` for sim)."""
-    if cfg.kind == "realsense":
-        from rlinf_user.robots.cameras.realsense import RealSenseCamera
-
-        return RealSenseCamera(cfg, **kwargs)
-    if cfg.kind == "zed":
-        from rlinf_user.robots.cameras.zed import ZedCamera
-
-        return ZedCamera(cfg, **kwargs)
-    if cfg.kind == "sim":
-        from rlinf_user.robots.cameras.sim import SimCamera
-
-        return SimCamera(cfg, **kwargs)
-    if cfg.kind == "synthetic":
-        from rlinf_user.robots.cameras.sim import SyntheticCamera
-
-        return SyntheticCamera(cfg, **kwargs)
-    raise ValueError(f"unknown camera kind {cfg.kind!r}; known: {', '.join(KINDS)}")
+    """The camera for ``cfg.kind`` (:data:`CAMERAS`); ``kwargs`` go to its constructor
+    (e.g. ``render=`` for sim)."""
+    return CAMERAS.get(cfg.kind)(cfg, **kwargs)
 
 
 def start_streams(

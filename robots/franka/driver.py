@@ -25,13 +25,18 @@ from typing import Any
 
 import numpy as np
 
-from rlinf_user.edge.arm import ArmCommand, ArmDriver, ArmError, ArmState
+from rlinf_user.registry import Registry
+from rlinf_user.robots.arm import ArmCommand, ArmDriver, ArmError, ArmState
 
-from .grippers import FrankaHand, Gripper, RobotiqGripper, call_with_timeout
+from .grippers import Gripper, call_with_timeout
 
 logger = logging.getLogger(__name__)
 
-GRIPPER_KINDS = ("franka_hand", "robotiq", "none")
+#: grippers by ``robot.gripper`` (``none``: no gripper): a builder ``(driver config) -> Gripper``
+GRIPPERS = Registry("gripper", {
+    "franka_hand": "rlinf_user.robots.franka.grippers:FrankaHand.from_driver_config",
+    "robotiq": "rlinf_user.robots.franka.grippers:RobotiqGripper.from_driver_config",
+}, entry_points="rlinf_user.grippers")  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -79,8 +84,8 @@ class FrankaDriverConfig:
     def __post_init__(self) -> None:
         if len(self.reset_joints) != 7:
             raise ValueError(f"reset_joints needs 7 values, got {len(self.reset_joints)}")
-        if self.gripper not in GRIPPER_KINDS:
-            raise ValueError(f"gripper must be one of {GRIPPER_KINDS}, got {self.gripper!r}")
+        if self.gripper != "none" and self.gripper not in GRIPPERS:
+            raise ValueError(f"gripper must be one of {', '.join([*GRIPPERS.names(), 'none'])}, got {self.gripper!r}")
         if self.damping is not None and len(self.damping) != 6:
             raise ValueError("damping needs 6 values [x, y, z, rx, ry, rz]")
 
@@ -165,17 +170,7 @@ class FrankyArm(ArmDriver):
 
     def _make_gripper(self) -> Gripper | None:
         cfg = self.config
-        if cfg.gripper == "franka_hand":
-            return FrankaHand(
-                cfg.ip, cfg.gripper_speed, cfg.gripper_force, cfg.gripper_grasp_epsilon_inner,
-                cfg.gripper_max_width, cfg.gripper_poll_hz, cfg.connect_timeout_s,
-            )  # fmt: skip
-        if cfg.gripper == "robotiq":
-            return RobotiqGripper(
-                cfg.robotiq_port, cfg.gripper_speed, cfg.gripper_force, cfg.robotiq_unit_id,
-                cfg.robotiq_baudrate, cfg.gripper_poll_hz, cfg.robotiq_timeout_s,
-            )  # fmt: skip
-        return None
+        return None if cfg.gripper == "none" else GRIPPERS.get(cfg.gripper)(cfg)
 
     def _require_robot(self) -> Any:
         if self._robot is None:

@@ -144,6 +144,12 @@ class FrankaHand(Gripper):
     Widths are in metres internally, normalised by the hand's maximum width.
     """
 
+    @classmethod
+    def from_driver_config(cls, cfg) -> FrankaHand:
+        """The hand of the arm ``cfg`` (:class:`rlinf_user.robots.franka.driver.FrankaDriverConfig`) drives."""
+        return cls(cfg.ip, cfg.gripper_speed, cfg.gripper_force, cfg.gripper_grasp_epsilon_inner,
+                   cfg.gripper_max_width, cfg.gripper_poll_hz, cfg.connect_timeout_s)  # fmt: skip
+
     def __init__(
         self,
         hostname: str,
@@ -260,6 +266,12 @@ class RobotiqGripper(Gripper):
     this repository** (no gripper or serial adapter available); only the register encoding is
     unit-tested, against the example frames of the manual.
     """
+
+    @classmethod
+    def from_driver_config(cls, cfg) -> RobotiqGripper:
+        """The Robotiq on the serial port ``cfg.robotiq_port`` names."""
+        return cls(cfg.robotiq_port, cfg.gripper_speed, cfg.gripper_force, cfg.robotiq_unit_id,
+                   cfg.robotiq_baudrate, cfg.gripper_poll_hz, cfg.robotiq_timeout_s)  # fmt: skip
 
     def __init__(
         self,

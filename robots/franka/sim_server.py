@@ -231,7 +231,7 @@ def _start_subprocess(handle: FrankySimHandle, viewer: bool, initial_joints: Any
     cmd = [sys.executable, "-m", "franky_sim.run_server", "--simulator", "mujoco"]
     cmd += ["--hostname", handle.hostname] + (["--render"] if viewer else [])
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    from rlinf_user.edge.procs import die_with_parent
+    from rlinf_user.procs import die_with_parent
 
     handle._proc = subprocess.Popen(
         cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -284,7 +284,7 @@ def start_franky_sim(
     if render and not in_process:
         raise ValueError("render=True needs in_process=True: the MuJoCo model must live here")
     if _port_accepts(hostname, ROBOT_PORT):
-        from rlinf_user.edge.procs import port_holder
+        from rlinf_user.procs import port_holder
 
         holder = port_holder(ROBOT_PORT, hostname) or "an unknown process"
         raise RuntimeError(f"{hostname}:{ROBOT_PORT} is already served by {holder}: stop it first "

@@ -7,13 +7,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlinf_user.registry import Registry
 from rlinf_user.robots.teleop.command import DeviceDisconnected
 from rlinf_user.robots.teleop.device import Source, Teleop, TeleopDevice
 from rlinf_user.robots.teleop.evdev_input import EV_SYN, EVENT, parse_events
 
 log = logging.getLogger(__name__)
 
-DEVICES = ("spacemouse", "keyboard", "gamepad")
+#: teleop devices by ``teleop.device``: a builder ``(cfg, kind, replay) -> TeleopDevice``,
+#: ``replay`` a recording to play instead of the device (or None)
+DEVICES = Registry("teleop device", {
+    "spacemouse": "rlinf_user.robots.teleop.factory:spacemouse",
+    "keyboard": "rlinf_user.robots.teleop.factory:keyboard",
+    "gamepad": "rlinf_user.robots.teleop.factory:gamepad",
+}, entry_points="rlinf_user.teleop_devices")  # fmt: skip
 
 
 class ReplaySource(Source):
@@ -88,34 +95,45 @@ def make_device(cfg: Any, kind: str | None = None) -> TeleopDevice:
                          "a scripted supervisor in train or hg-dagger is intervention.synthetic_human=true "
                          "or hg_dagger.synthetic_human=true")
     if kind not in DEVICES:
-        raise ValueError(f"teleop.device={kind!r}: available {', '.join(DEVICES)}")
-    replay = cfg.replay if kind == cfg.device else None
-    if kind == "spacemouse":
-        from rlinf_user.robots.teleop.spacemouse import HidapiSource, SpaceMouse
+        raise ValueError(f"teleop.device={kind!r}: available {', '.join(DEVICES.names())}")
+    return DEVICES.get(kind)(cfg, kind, cfg.replay if kind == cfg.device else None)
 
-        source = ReplaySource(load_hid_recording(replay)) if replay else HidapiSource(path=cfg.path)
-        buttons = {int(k): (None if v in (None, "null", "none") else str(v)) for k, v in dict(cfg.buttons or {}).items()}
-        return SpaceMouse(
-            source,
-            translation_map=list(cfg.translation_map),
-            rotation_map=list(cfg.rotation_map),
-            full_scale=cfg.full_scale,
-            deadzone=cfg.deadzone,
-            translation_gain=cfg.translation_gain,
-            rotation_gain=cfg.rotation_gain,
-            buttons=buttons or None,
-        )
+
+def spacemouse(cfg: Any, kind: str, replay: str | None) -> TeleopDevice:
+    from rlinf_user.robots.teleop.spacemouse import HidapiSource, SpaceMouse
+
+    source = ReplaySource(load_hid_recording(replay)) if replay else HidapiSource(path=cfg.path)
+    buttons = {int(k): (None if v in (None, "null", "none") else str(v)) for k, v in dict(cfg.buttons or {}).items()}
+    return SpaceMouse(
+        source,
+        translation_map=list(cfg.translation_map),
+        rotation_map=list(cfg.rotation_map),
+        full_scale=cfg.full_scale,
+        deadzone=cfg.deadzone,
+        translation_gain=cfg.translation_gain,
+        rotation_gain=cfg.rotation_gain,
+        buttons=buttons or None,
+    )
+
+
+def _evdev(cfg: Any, kind: str, replay: str | None):
     from rlinf_user.robots.teleop.evdev_input import EvdevSource
 
     path = cfg.path if kind == cfg.device else None
-    source = ReplaySource(load_evdev_recording(replay)) if replay else EvdevSource(path, kind=kind)
-    if kind == "keyboard":
-        from rlinf_user.robots.teleop.keyboard import Keyboard
+    return ReplaySource(load_evdev_recording(replay)) if replay else EvdevSource(path, kind=kind)
 
-        return Keyboard(source, speed=cfg.speed)
+
+def keyboard(cfg: Any, kind: str, replay: str | None) -> TeleopDevice:
+    from rlinf_user.robots.teleop.keyboard import Keyboard
+
+    return Keyboard(_evdev(cfg, kind, replay), speed=cfg.speed)
+
+
+def gamepad(cfg: Any, kind: str, replay: str | None) -> TeleopDevice:
     from rlinf_user.robots.teleop.gamepad import Gamepad
 
-    return Gamepad(source, stick_range=tuple(cfg.stick_range), trigger_range=tuple(cfg.trigger_range), deadzone=cfg.deadzone)
+    return Gamepad(_evdev(cfg, kind, replay), stick_range=tuple(cfg.stick_range), trigger_range=tuple(cfg.trigger_range),
+                   deadzone=cfg.deadzone)  # fmt: skip
 
 
 class CombinedDevice:

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from rlinf_user.edge.procs import free_ports  # noqa: F401 - the tests' import point
+from rlinf_user.procs import free_ports  # noqa: F401 - the tests' import point
 
 
 def lane_loopback(last: int) -> str:

@@ -21,7 +21,7 @@ pytest.importorskip("gym_hil")
 from edge_helpers import EdgeProcess, free_ports  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient  # noqa: E402
-from rlinf_user.env.remote import RemoteRobotEnv  # noqa: E402
+from rlinf_user.edge.remote_env import RemoteRobotEnv  # noqa: E402
 
 GYM_HIL = {"kind": "sim", "backend": "gym_hil", "task": "PandaPickCube", "max_episode_steps": 100,
            "cameras": [], "image_size": 128, "reward": "dense", "sim_device": "cpu",

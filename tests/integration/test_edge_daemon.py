@@ -34,8 +34,8 @@ from edge_helpers import EdgeProcess, TcpLink, free_ports  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient, EdgeRefused  # noqa: E402
 from rlinf_user.edge.protocol import Message, encode  # noqa: E402
+from rlinf_user.edge.remote_env import RemoteRobotEnv  # noqa: E402
 from rlinf_user.edge.security import AuthError, keygen  # noqa: E402
-from rlinf_user.env.remote import RemoteRobotEnv  # noqa: E402
 from rlinf_user.env.spec import Col  # noqa: E402
 
 HZ = 50.0

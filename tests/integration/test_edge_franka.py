@@ -26,7 +26,7 @@ from edge_helpers import EdgeProcess, edge_telemetry, free_ports, lane_loopback,
 from rlinf_user.edge import box_check  # noqa: E402
 from rlinf_user.edge.client import EdgeClient, EdgeRefused  # noqa: E402
 from rlinf_user.edge.protocol import decode  # noqa: E402
-from rlinf_user.env.remote import RemoteRobotEnv  # noqa: E402
+from rlinf_user.edge.remote_env import RemoteRobotEnv  # noqa: E402
 
 HZ = 20.0
 LOW, HIGH = (0.30, -0.25, 0.20), (0.65, 0.25, 0.55)

@@ -19,7 +19,7 @@ pytest.importorskip(
 )
 pytest.importorskip("franky", reason="needs franky (pip install 'rlinf-user[franka-sim]')")
 
-from rlinf_user.edge.arm import ArmCommand, ArmError, ArmState  # noqa: E402
+from rlinf_user.robots.arm import ArmCommand, ArmError, ArmState  # noqa: E402
 from rlinf_user.robots.franka.driver import FrankaDriverConfig, FrankyArm  # noqa: E402
 from rlinf_user.robots.franka.sim_server import start_franky_sim  # noqa: E402
 

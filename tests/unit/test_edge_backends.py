@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from rlinf_user.edge.arm import ArmDriver, ArmError, ArmState
 from rlinf_user.edge.backends import ArmBackend
 from rlinf_user.edge.safety import SafetyConfig
+from rlinf_user.robots.arm import ArmDriver, ArmError, ArmState
 
 
 class FaultyArm(ArmDriver):

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from loop_harness import running_loop
 
-from rlinf_user.edge.arm import ArmDriver, ArmState
 from rlinf_user.edge.plan import ActionPlan
 from rlinf_user.edge.protocol import Message, ProtocolError, validate_request
+from rlinf_user.robots.arm import ArmDriver, ArmState
 
 
 def test_a_plan_drops_late_actions_keeps_the_old_head_and_blends_the_seam():

@@ -5,7 +5,7 @@ import socket
 import subprocess
 import sys
 
-from rlinf_user.edge.procs import port_holder
+from rlinf_user.procs import port_holder
 
 
 def _free_port(host: str) -> int:

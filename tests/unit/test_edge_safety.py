@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from rlinf_user.edge.arm import ArmState
 from rlinf_user.edge.safety import SafetyConfig, SafetyFilter, UnsafeCommand
+from rlinf_user.robots.arm import ArmState
 
 DOWN = Rotation.from_euler("x", np.pi).as_quat()  # tool pointing down
 

@@ -78,7 +78,7 @@ def test_driver_imports_without_franky() -> None:
     code = (
         "import sys; sys.modules['franky'] = None\n"  # make `import franky` fail
         "from rlinf_user.robots.franka.driver import FrankyArm, FrankaDriverConfig\n"
-        "from rlinf_user.edge.arm import ArmError\n"
+        "from rlinf_user.robots.arm import ArmError\n"
         "try:\n"
         "    FrankyArm(FrankaDriverConfig()).connect()\n"
         "except ArmError as exc:\n"

@@ -1,10 +1,13 @@
 """The layout rules that keep every idea in one room, checked over the package's source:
 the runtime never names an algorithm or reads its keys; transition columns are named
-through ``Col`` only."""
+through ``Col`` only; no two parts of the package import each other, even from inside a
+function; no module is longer than 500 lines."""
 
 from __future__ import annotations
 
 import ast
+import tomllib
+from collections import defaultdict
 from pathlib import Path
 
 from rlinf_user.algorithms.base import ALGORITHMS
@@ -118,3 +121,95 @@ def test_transition_columns_are_named_through_col_only():
 def test_the_column_lint_sees_a_literal_column():
     code = 'batch["reward"] * 2\ncols = {"obs/state": s, "action": a}\nif "discount" in batch: pass\ncfg.get("reward")'
     assert sorted(k.value for k in _column_literals(ast.parse(code))) == ["action", "discount", "obs/state", "reward"]
+
+
+def _package_dirs() -> dict[str, Path]:
+    """Import prefix -> folder (the top-level folders import as ``rlinf_user.*``)."""
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {k: ROOT / v for k, v in cfg["tool"]["setuptools"]["package-dir"].items()}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for prefix, folder in _package_dirs().items():
+        for path in folder.rglob("*.py"):
+            parts = [p for p in path.relative_to(folder).with_suffix("").parts if p != "__init__"]
+            out[".".join([prefix, *parts])] = path
+    return out
+
+
+def _part(module: str) -> str:
+    """The part of the package a module belongs to: ``rlinf_user.runtime.learner`` -> runtime."""
+    return module.split(".")[1]
+
+
+def import_graph() -> dict[str, dict[str, list[str]]]:
+    """part -> part it imports -> where (every import statement, function-level ones too)."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for module, path in _modules().items():
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                targets = [".".join(base + ([node.module] if node.module else []))]
+            elif isinstance(node, ast.ImportFrom):
+                targets = [node.module or ""]
+            else:
+                continue
+            for t in targets:
+                if t.startswith("rlinf_user.") and _part(t) != _part(module):
+                    graph[_part(module)][_part(t)].append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return graph
+
+
+def _cycle(graph) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(v: str) -> list[str] | None:
+        state[v] = 1
+        stack.append(v)
+        for w in sorted(graph.get(v, {})):
+            if state.get(w) == 1:
+                return stack[stack.index(w) :] + [w]
+            if w not in state and (found := visit(w)):
+                return found
+        state[v] = 2
+        stack.pop()
+        return None
+
+    for v in sorted(graph):
+        if v not in state and (found := visit(v)):
+            return found
+    return None
+
+
+def test_no_two_parts_of_the_package_import_each_other():
+    graph = import_graph()
+    cycle = _cycle(graph)
+    if cycle:
+        where = [f"{a} -> {b}: {', '.join(graph[a][b][:3])}" for a, b in zip(cycle, cycle[1:])]
+        raise AssertionError("import cycle " + " -> ".join(cycle) + "\n" + "\n".join(where))
+
+
+def test_the_layers_point_down():
+    """config, evaluation, the edge and the learning core never reach up into the runtime
+    that runs them; robots (drivers, cameras, devices) sit below the edge and the envs."""
+    graph = import_graph()
+    for low in ("config", "evaluation", "edge", "algorithms", "policies", "data", "env", "robots", "sims"):
+        assert "runtime" not in graph.get(low, {}), f"{low} imports the runtime: {graph[low]['runtime'][:3]}"
+    for low in ("robots", "env", "sims", "policies", "algorithms", "data"):
+        assert "edge" not in graph.get(low, {}), f"{low} imports the edge: {graph[low]['edge'][:3]}"
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycle({"a": {"b": []}, "b": {"c": []}, "c": {"a": []}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b": []}, "b": {}}) is None
+
+
+def test_no_module_is_longer_than_500_lines():
+    paths = [p for p in _modules().values()] + sorted((ROOT / "benchmarks").rglob("*.py"))
+    long = [f"{p.relative_to(ROOT)} ({n})" for p in paths if (n := len(p.read_text().splitlines())) > 500]
+    assert not long, "split by what each part holds: " + ", ".join(long)
