@@ -49,8 +49,8 @@ sys.path.insert(0, str(HERE))
 from machine import describe, franky_sim_footer  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient, EdgeRefused, EdgeTimeout  # noqa: E402
-from rlinf_user.procs import free_ports  # noqa: E402
 from rlinf_user.edge.security import keygen  # noqa: E402
+from rlinf_user.procs import free_ports  # noqa: E402
 
 HZ = 20.0
 

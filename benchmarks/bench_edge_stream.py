@@ -81,7 +81,7 @@ def case(port: int, hz: float, latency: float, mode: str, seconds: float) -> dic
     worker = EnvWorker(cfg, worker_id=0, seed=0, num_envs=1)
     watcher = EdgeClient("127.0.0.1", port, timeout_s=5.0)
     try:
-        worker.policy = ScriptedChunks(hz, latency, worker.spec.action_dim)
+        worker.actor.policy = ScriptedChunks(hz, latency, worker.spec.action_dim)
         worker.rollout(int(hz))  # the first chunk: the arm waited for it since the reset
         before = watcher.telemetry()
         t0 = time.perf_counter()
@@ -90,8 +90,8 @@ def case(port: int, hz: float, latency: float, mode: str, seconds: float) -> dic
             steps += worker.rollout(int(hz))["steps"]
         wall = time.perf_counter() - t0
         after = watcher.telemetry()
-        worker._flush()
-        parts = [c for _, c in worker.out.backlog]
+        worker.writer.flush()
+        parts = [c for _, c in worker.writer.out.backlog]
     finally:
         watcher.close(say_bye=False)
         worker.close()

@@ -44,8 +44,8 @@ sys.path.insert(0, str(HERE))
 from machine import describe, franky_sim_footer  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient  # noqa: E402
-from rlinf_user.procs import free_ports  # noqa: E402
 from rlinf_user.edge.protocol import decode  # noqa: E402
+from rlinf_user.procs import free_ports  # noqa: E402
 
 MAX_T, MAX_R = 0.02, 0.1  # the daemon's max_translation (m) and max_rotation (rad) per step
 SPEED, YAW_SPEED = 0.1, 0.3  # m/s, rad/s

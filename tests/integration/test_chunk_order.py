@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from rlinf_user.runtime.chunk_sender import ChunkSender
 from rlinf_user.runtime.ordered_sink import SenderOrder
+from rlinf_user.runtime.rollout.chunk_sender import ChunkSender
 
 
 @pytest.fixture(scope="module")

@@ -515,12 +515,12 @@ def test_an_env_worker_streams_a_chunk_policys_chunks_and_records_what_ran(edge,
     )  # fmt: skip
     worker = EnvWorker(cfg, worker_id=0, seed=0, num_envs=1)
     try:
-        assert worker.lookahead == 6  # 0.12 s at 50 Hz
+        assert worker.actor.lookahead == 6  # 0.12 s at 50 Hz
         worker.rollout(1)  # the first chunk (the arm waited for it since the reset)
         before = telemetry(edge, keys)
         worker.rollout(39)
-        worker._flush()
-        parts = [c for _, c in worker.out.backlog]  # no sink: the chunks wait here
+        worker.writer.flush()
+        parts = [c for _, c in worker.writer.out.backlog]  # no sink: the chunks wait here
         chunk = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     finally:
         worker.close()

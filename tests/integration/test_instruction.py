@@ -48,7 +48,7 @@ def test_instructions_travel_through_the_worker_replay_and_into_a_policy_batch()
     worker = EnvWorker(gym_hil_cfg("buffer.chunk_steps=1000"), worker_id=0, seed=0, num_envs=2)
     try:
         worker.rollout(12, random=True)
-        _, chunk = worker.out.backlog[0]  # no sink: the chunk waits here
+        _, chunk = worker.writer.out.backlog[0]  # no sink: the chunk waits here
     finally:
         worker.close()
     assert chunk["obs/instruction"].shape == (24,) and set(chunk["obs/instruction"]) <= set(TEXTS)

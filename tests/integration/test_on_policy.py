@@ -113,11 +113,11 @@ def test_grpo_groups_start_from_one_seed_and_train_on_complete_groups(tmp_path, 
         held_seen = 0
         for _ in range(60):
             worker.rollout(1, random=True)
-            k = worker.episode_index
+            k = worker.groups.episode
             assert k[0] - k[1] in (-1, 0, 1) and k[2] - k[3] in (-1, 0, 1)  # never a whole episode apart
-            held_seen += int(worker.held.sum())
-            assert all(worker.held[i] == (k[i] > k[i ^ 1]) for i in range(4))  # ahead means held
-        rows = sum(len(c[Col.REWARD]) for c in [*worker.pending, *(c for _, c in worker.out.backlog)])
+            held_seen += int(worker.groups.held.sum())
+            assert all(worker.groups.held[i] == (k[i] > k[i ^ 1]) for i in range(4))  # ahead means held
+        rows = sum(len(c[Col.REWARD]) for c in [*worker.writer.pending, *(c for _, c in worker.writer.out.backlog)])
         assert held_seen > 0 and rows == worker.env_steps == 4 * 60 - held_seen  # a held env makes no step
     finally:
         worker.close()

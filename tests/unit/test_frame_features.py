@@ -97,7 +97,7 @@ def test_an_env_worker_sends_maps_of_the_frames_it_rendered():
         worker = EnvWorker(compose_config([*common, *extra], sim="gym_hil_pixels"), worker_id=0, seed=3, num_envs=2)
         try:
             worker.rollout(6, random=True)
-            chunks.append(worker.out.backlog[0][1])
+            chunks.append(worker.writer.out.backlog[0][1])
         finally:
             worker.close()
     with_maps, with_frames = chunks

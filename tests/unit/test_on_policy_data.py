@@ -5,7 +5,7 @@ import pytest
 
 from rlinf_user.algorithms.ppo.credit import OnPolicyStore, gae
 from rlinf_user.env.spec import Col, EnvSpec, flat_obs, nest_columns
-from rlinf_user.runtime.chunks import ChunkQueue
+from rlinf_user.runtime.rollout.chunks import ChunkQueue
 
 
 def _rows(env, step, reward, value, term=None, trunc=None, version=0, group=None):
@@ -172,7 +172,7 @@ def test_a_chunk_of_steps_becomes_one_decision_row():
     """Chunk-level credit: the rows of the steps one chunk ran fold into one row (first
     observation and extras, last next-observation and flags, summed reward, a decision
     sequence number); an episode end closes a chunk early; a round's end closes them all."""
-    from rlinf_user.runtime.chunks import DecisionRows
+    from rlinf_user.runtime.rollout.chunks import DecisionRows
 
     d = DecisionRows(2)
 
@@ -209,7 +209,7 @@ def test_a_chunk_of_steps_becomes_one_decision_row():
 
 def test_per_step_decisions_take_the_rows_as_they_are():
     """Chunks of one step: every live env's row comes back unchanged, numbered per env."""
-    from rlinf_user.runtime.chunks import DecisionRows
+    from rlinf_user.runtime.rollout.chunks import DecisionRows
 
     d = DecisionRows(3)
     cols = {"obs/state": np.arange(3, dtype=np.float32)[:, None], Col.REWARD: np.array([1.0, 2.0, 3.0], np.float32),
@@ -270,7 +270,7 @@ def test_action_level_gae_is_per_step_gae_over_the_actions_that_ran():
 
 
 def test_action_level_rows_keep_each_actions_reward():
-    from rlinf_user.runtime.chunks import DecisionRows
+    from rlinf_user.runtime.rollout.chunks import DecisionRows
 
     rows = DecisionRows(2, per_action=True)
     rows.width = 3

@@ -6,9 +6,10 @@ function; no module is longer than 500 lines."""
 from __future__ import annotations
 
 import ast
-import tomllib
 from collections import defaultdict
 from pathlib import Path
+
+import tomllib
 
 from rlinf_user.algorithms.base import ALGORITHMS
 from rlinf_user.env.spec import Col
