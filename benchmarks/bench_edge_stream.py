@@ -67,7 +67,7 @@ class ScriptedChunks:
 
 
 def case(port: int, hz: float, latency: float, mode: str, seconds: float) -> dict:
-    from rlinf_user.runtime.env_worker import EnvWorker
+    from rlinf_user.runtime.rollout.env_worker import EnvWorker
 
     cfg = compose_config(
         [

@@ -63,7 +63,7 @@ def run(n: int, hz: float, seconds: float, work: Path, tag: str) -> dict:
 
     from rlinf_user.config.compose import compose_config, validate
     from rlinf_user.rundir import create_run_dir
-    from rlinf_user.runtime.trainer import Trainer
+    from rlinf_user.runtime.orchestration.trainer import Trainer
 
     ports = [free_port() for _ in range(n)]
     edges = [start_edge(p, hz, work / f"edge-{tag}-{i}.log") for i, p in enumerate(ports)]

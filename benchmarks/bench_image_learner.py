@@ -17,7 +17,7 @@ speed does not depend on the values). Reports per-update median and p99 latency 
 median updates/s over ``--repeats`` timed blocks, each update's batch sampled and copied
 before it (serial); and the median updates/s as the learner runs them (pipelined: the next
 batch sampled and copied by a worker thread during the update,
-:mod:`rlinf_user.runtime.device_batches`); and the device.
+:mod:`rlinf_user.runtime.learning.device_batches`); and the device.
 
     python benchmarks/bench_image_learner.py --out benchmarks/results/image_learner.json
 """
@@ -36,7 +36,7 @@ import torch
 from rlinf_user.config.compose import compose_config
 from rlinf_user.data.replay import ReplayBuffer
 from rlinf_user.env.spec import EnvSpec
-from rlinf_user.runtime.device_batches import device_batches, replay_batch
+from rlinf_user.runtime.learning.device_batches import device_batches, replay_batch
 
 STATE_DIM = 18  # gym_hil's arm state
 CAMERAS = ("front", "wrist")

@@ -16,7 +16,7 @@ import torch
 from rlinf_user.algorithms.sac import SAC
 from rlinf_user.config.compose import compose_config
 from rlinf_user.data.replay import ReplayBuffer
-from rlinf_user.runtime.learner import unflatten_batch
+from rlinf_user.runtime.learning.learner import unflatten_batch
 
 STATE_DIM = 42  # PickCube-v1 state
 

@@ -37,7 +37,7 @@ def run(algo: str, seed: int, args, work: Path) -> dict:
 
     from rlinf_user.config.compose import compose_config, validate
     from rlinf_user.rundir import create_run_dir
-    from rlinf_user.runtime.trainer import Trainer
+    from rlinf_user.runtime.orchestration.trainer import Trainer
 
     overrides = [
         f"algo={algo}", f"policy={args.policy}", *([f"env.task={args.task}"] if args.task else []), f"seed={seed}",

@@ -75,7 +75,7 @@ def run_seed(seed: int, hz: float, target: float, max_steps: int, work: Path, li
 
     from rlinf_user.config.compose import compose_config, validate
     from rlinf_user.rundir import create_run_dir
-    from rlinf_user.runtime.trainer import Trainer
+    from rlinf_user.runtime.orchestration.trainer import Trainer
 
     port = free_ports(3)
     edge = EdgeProcess(

@@ -95,7 +95,7 @@ class Client:
 def run(mode: str, n: int, envs: int, seconds: float, device: str, max_wait_ms: float) -> dict:
     import ray
 
-    from rlinf_user.runtime.rollout_server import RolloutServer
+    from rlinf_user.runtime.serving.rollout_server import RolloutServer
 
     cfg = make_cfg(device, max_wait_ms)
     gpus = 1 if device == "cuda" else 0

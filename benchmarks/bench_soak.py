@@ -42,8 +42,8 @@ def main() -> None:
     from rlinf_user.config.compose import compose_config, validate
     from rlinf_user.data.replay import ReplayBuffer
     from rlinf_user.rundir import create_run_dir
-    from rlinf_user.runtime.resources import run_snapshot
-    from rlinf_user.runtime.trainer import Trainer
+    from rlinf_user.runtime.orchestration.resources import run_snapshot
+    from rlinf_user.runtime.orchestration.trainer import Trainer
 
     work = Path(tempfile.mkdtemp(prefix="soak-"))
     cfg = compose_config(

@@ -105,7 +105,7 @@ class LearnerSide:
     def __init__(self, kind: str, store, changed_only: bool, transport: str):
         import torch
 
-        from rlinf_user.runtime.weights import WeightPublisher
+        from rlinf_user.runtime.weights.store import WeightPublisher
 
         torch.manual_seed(0)
         self.kind = kind
@@ -131,7 +131,7 @@ class WorkerSide:
     def __init__(self, kind: str, store):
         import ray
 
-        from rlinf_user.runtime.weights import WeightSubscriber
+        from rlinf_user.runtime.weights.store import WeightSubscriber
 
         self.node = ray.get_runtime_context().get_node_id()
         self.model = build(kind)
@@ -150,7 +150,7 @@ class WorkerSide:
 def measure(kind: str, transport: str, repeats: int, node_resources: dict, warmup: int = 3) -> dict:
     import ray
 
-    from rlinf_user.runtime.weights import WeightStore
+    from rlinf_user.runtime.weights.store import WeightStore
 
     changed_only = kind in ("frozen1b", "litevla")
     store = ray.remote(WeightStore).options(resources={"learner_node": 0.01}).remote()
@@ -201,7 +201,7 @@ def stream_only(repeats: int) -> dict:
     over loopback into warm buffers (no Ray, no staging copy in the timed window)."""
     import torch
 
-    from rlinf_user.runtime.weight_stream import WeightServer, WeightStreamClient
+    from rlinf_user.runtime.weights.stream import WeightServer, WeightStreamClient
 
     tensors = {f"l{i}": torch.zeros(8192, 8192, dtype=torch.bfloat16) for i in range(15)}
     nbytes = sum(t.numel() * 2 for t in tensors.values())

@@ -108,7 +108,7 @@ def evaluate_policy(
     env, policy, episodes: int, video_episodes: int = 0, seed: int | None = None, adapter=None, split: str = "test"
 ) -> dict[str, Any]:
     """Episodes from the held-out ``split``'s seeds (``seed``: from that seed on instead).
-    ``adapter`` (:class:`rlinf_user.runtime.fleet.Adapter`): the policy was trained on a
+    ``adapter`` (:class:`rlinf_user.runtime.rollout.fleet.Adapter`): the policy was trained on a
     fleet's union spec; it maps this env's observations in and actions out.
 
     When episode 1 starts where episode 0 did, one more seed is tried; if it too resets to

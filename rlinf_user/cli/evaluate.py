@@ -13,7 +13,7 @@ def run_eval(args, console) -> int:
     from rlinf_user.env.registry import make_env
     from rlinf_user.env.spec import EnvSpec
     from rlinf_user.evaluation import evaluate_policy, load_policy_from_checkpoint
-    from rlinf_user.runtime.learner import latest_checkpoint
+    from rlinf_user.runtime.learning.learner import latest_checkpoint
     from rlinf_user.seeds import EVAL_ENV_OFFSET
 
     if getattr(args, "sim", None) or getattr(args, "robot", None):
@@ -40,7 +40,7 @@ def run_eval(args, console) -> int:
     if args.overrides:
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(args.overrides))
     from rlinf_user.evaluation import checkpoint_spec
-    from rlinf_user.runtime.fleet import Adapter, members
+    from rlinf_user.runtime.rollout.fleet import Adapter, members
 
     fleet = members(cfg)
     names = [m.name for m in fleet]

@@ -40,10 +40,10 @@ def run_hg_dagger(args, console) -> int:
     from rlinf_user.env.spec import EnvSpec
     from rlinf_user.policies.base import build_policy
     from rlinf_user.rundir import attach_log_file, create_run_dir
-    from rlinf_user.runtime.bc_learner import BCLearner
-    from rlinf_user.runtime.placement import start_ray
-    from rlinf_user.runtime.trainer import check_demos
-    from rlinf_user.runtime.weights import WeightStore, WeightSubscriber
+    from rlinf_user.runtime.learning.bc_learner import BCLearner
+    from rlinf_user.runtime.orchestration.placement import start_ray
+    from rlinf_user.runtime.orchestration.trainer import check_demos
+    from rlinf_user.runtime.weights.store import WeightStore, WeightSubscriber
     from rlinf_user.teleop.hg_dagger import HGDaggerSession, round_summary, version_summary
 
     device = None

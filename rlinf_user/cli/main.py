@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlinf_user.edge.daemon import EdgeStartError
     from rlinf_user.edge.security import AuthError
     from rlinf_user.robots.teleop.command import DeviceDisconnected
-    from rlinf_user.runtime.trainer import RunError
+    from rlinf_user.runtime.orchestration.trainer import RunError
 
     try:
         if args.command == "train":

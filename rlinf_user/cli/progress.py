@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.live import Live
 from rich.table import Table
 
-from rlinf_user.runtime.run_record import RECENT_EPISODES, Progress
+from rlinf_user.runtime.orchestration.run_record import RECENT_EPISODES, Progress
 
 
 def progress_table(p: Progress, total_steps: int, title: str) -> Table:

@@ -23,7 +23,7 @@ def run_train(args, console) -> int:
         return 0
     from rlinf_user.cli.progress import LiveProgress
     from rlinf_user.rundir import attach_log_file, create_run_dir
-    from rlinf_user.runtime.trainer import Trainer
+    from rlinf_user.runtime.orchestration.trainer import Trainer
 
     run_dir = create_run_dir(cfg)
     attach_log_file(run_dir)

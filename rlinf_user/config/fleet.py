@@ -4,7 +4,7 @@ A *member* is one robot (behind its edge daemon) or simulator setup: its own ``e
 overrides, its worker count, and the Ray resources that pin its workers to the node that
 reaches it (``{"franka_left": 1}``, offered by that robot PC with ``ray start
 --resources``). Without a ``fleet`` the run's ``env`` is the one member. How their
-observations and actions meet in one policy is :mod:`rlinf_user.runtime.fleet`.
+observations and actions meet in one policy is :mod:`rlinf_user.runtime.rollout.fleet`.
 """
 
 from __future__ import annotations

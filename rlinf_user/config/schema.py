@@ -124,7 +124,7 @@ class RoleResources:
 
 @dataclass
 class RolloutRole(RoleResources):
-    """The policy-inference role (``rlinf_user.runtime.rollout_server``). Disabled: each
+    """The policy-inference role (``rlinf_user.runtime.serving.rollout_server``). Disabled: each
     env worker runs its own copy of the policy. Enabled: one server holds the policy on
     its device and answers every worker's steps in shared batches."""
 
@@ -273,7 +273,7 @@ class InterventionConfig:
 
 @dataclass
 class RewardConfig:
-    """A learned reward (``rlinf_user.runtime.reward_server``): a success classifier from
+    """A learned reward (``rlinf_user.runtime.serving.reward_server``): a success classifier from
     ``rlinf-user train-reward`` scores every step; ``success_reward`` where it says
     success, 0 elsewhere, replaces the env's reward. None: the env's own reward."""
 

@@ -15,7 +15,7 @@ Rows continue a stream when their ``env_id`` matches, their ``step`` is the prev
 row's plus one (a restarted worker, or a demonstration with the policy's steps left out,
 starts a new stream) and the previous row did not end its episode. This needs each
 stream's rows in the order they ran, which the sinks guarantee per sender
-(:mod:`rlinf_user.runtime.ordered_sink`). The bootstrap row of ``t`` is newer than ``t``,
+(:mod:`rlinf_user.runtime.learning.ordered_sink`). The bootstrap row of ``t`` is newer than ``t``,
 so it is still in the ring as long as ``t`` is.
 """
 

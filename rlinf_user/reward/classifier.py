@@ -8,7 +8,7 @@ that succeeded (a recorded episode ends at its success, so that one frame alone 
 few), negative otherwise. Episodes are split into training and validation sets whole, so
 the validation numbers are on episodes it never saw.
 
-A run uses it through the reward role (:mod:`rlinf_user.runtime.reward_server`).
+A run uses it through the reward role (:mod:`rlinf_user.runtime.serving.reward_server`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rlinf_user.runtime.ordered_sink import SenderOrder
+from rlinf_user.runtime.learning.ordered_sink import SenderOrder
 from rlinf_user.runtime.rollout.chunk_sender import ChunkSender
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from rlinf_user.config.compose import compose_config, validate
 from rlinf_user.rundir import create_run_dir
-from rlinf_user.runtime.trainer import Trainer
+from rlinf_user.runtime.orchestration.trainer import Trainer
 
 
 def wait_for(cond, timeout: float, what: str, thread=None) -> None:

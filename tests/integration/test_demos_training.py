@@ -13,7 +13,7 @@ from rlinf_user.data.lerobot_writer import LeRobotWriter
 from rlinf_user.env.spec import EnvSpec
 from rlinf_user.robots.teleop.device import QueueSource
 from rlinf_user.robots.teleop.spacemouse import SpaceMouse
-from rlinf_user.runtime.learner import Learner
+from rlinf_user.runtime.learning.learner import Learner
 from rlinf_user.sims.gym_hil import GymHilEnv
 from rlinf_user.teleop.record import Recorder
 from rlinf_user.teleop.synthetic import PickCubeExpert, SpaceMouseHand, SyntheticHuman

@@ -20,7 +20,7 @@ from edge_helpers import EdgeProcess, edge_telemetry, free_ports  # noqa: E402
 from rlinf_user.config.compose import compose_config, validate  # noqa: E402
 from rlinf_user.data.record_log import RecordLog  # noqa: E402
 from rlinf_user.rundir import create_run_dir  # noqa: E402
-from rlinf_user.runtime.trainer import Trainer  # noqa: E402
+from rlinf_user.runtime.orchestration.trainer import Trainer  # noqa: E402
 
 EDGE_ARGS = ["--sim", "gym_hil", "control_hz=100"]
 

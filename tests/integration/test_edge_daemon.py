@@ -501,7 +501,7 @@ def test_an_env_worker_streams_a_chunk_policys_chunks_and_records_what_ran(edge,
     few actions of this one run, and stores the actions the robot ran. The arm is never
     left without a scheduled action (no watchdog hold) and every step is one tick."""
     from rlinf_user.config.compose import compose_config
-    from rlinf_user.runtime.env_worker import EnvWorker
+    from rlinf_user.runtime.rollout.env_worker import EnvWorker
 
     cfg = compose_config(  # algo=bc: off-policy (its demos are not needed to act)
         [

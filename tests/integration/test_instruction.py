@@ -43,7 +43,7 @@ def test_each_episode_draws_an_instruction_every_observation_carries():
 
 
 def test_instructions_travel_through_the_worker_replay_and_into_a_policy_batch():
-    from rlinf_user.runtime.env_worker import EnvWorker
+    from rlinf_user.runtime.rollout.env_worker import EnvWorker
 
     worker = EnvWorker(gym_hil_cfg("buffer.chunk_steps=1000"), worker_id=0, seed=0, num_envs=2)
     try:
@@ -85,7 +85,7 @@ def test_a_recorded_episode_is_stored_under_its_instruction(tmp_path):
     assert tasks and tasks <= set(TEXTS) and "default task" not in tasks
     # as demonstrations for an env that observes instructions, each episode's task is the
     # instruction of every transition drawn from it
-    from rlinf_user.runtime.replay_service import load_demo_buffer
+    from rlinf_user.runtime.learning.replay_service import load_demo_buffer
 
     demos = load_demo_buffer(str(tmp_path / "ds"), instruction=True)
     batch = columns_to_torch(demos.sample(32, np.random.default_rng(0)))

@@ -15,7 +15,7 @@ import pytest
 
 from rlinf_user.config.compose import compose_config, validate  # noqa: E402
 from rlinf_user.rundir import create_run_dir  # noqa: E402
-from rlinf_user.runtime.trainer import Trainer  # noqa: E402
+from rlinf_user.runtime.orchestration.trainer import Trainer  # noqa: E402
 
 SUCCESS_THRESHOLD = 0.9
 EVAL_EPISODES = 20  # distinct goals per evaluation, from seeds training never uses

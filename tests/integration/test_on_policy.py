@@ -14,7 +14,7 @@ import pytest
 from rlinf_user.config.compose import compose_config, validate  # noqa: E402
 from rlinf_user.env.spec import Col
 from rlinf_user.rundir import create_run_dir  # noqa: E402
-from rlinf_user.runtime.trainer import Trainer  # noqa: E402
+from rlinf_user.runtime.orchestration.trainer import Trainer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_async_ppo_trains_on_rows_at_most_max_policy_lag_old(tmp_path, ray_runti
 
 
 def test_grpo_groups_start_from_one_seed_and_train_on_complete_groups(tmp_path, ray_runtime):
-    from rlinf_user.runtime.env_worker import EnvWorker
+    from rlinf_user.runtime.rollout.env_worker import EnvWorker
 
     # no goal can be reached (radius 0): every episode lasts exactly the 10-step limit
     cfg = on_policy_cfg(tmp_path, "grpo", "algo.group_size=2", "placement.envs_per_worker=4", "env.max_episode_steps=10",
@@ -164,7 +164,7 @@ def test_on_policy_learning_reaches_a_success_threshold_on_distinct_goals(
 def test_a_nan_loss_stops_the_run_before_anything_is_saved_and_resume_goes_on(tmp_path, ray_runtime):
     import torch
 
-    from rlinf_user.runtime.run_record import RunError
+    from rlinf_user.runtime.orchestration.run_record import RunError
 
     cfg = on_policy_cfg(tmp_path, "ppo", "algo.reward_scale=1e39")  # rewards overflow to inf
     run_dir = create_run_dir(cfg)

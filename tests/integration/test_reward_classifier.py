@@ -90,7 +90,7 @@ def test_training_run_takes_its_rewards_from_the_classifier_across_a_kill_9(clas
 
     from rlinf_user.data.record_log import RecordLog
     from rlinf_user.rundir import create_run_dir
-    from rlinf_user.runtime.trainer import Trainer
+    from rlinf_user.runtime.orchestration.trainer import Trainer
 
     path, _, _ = classifier
     cfg = compose_config(
@@ -138,7 +138,7 @@ def test_training_run_takes_its_rewards_from_the_classifier_across_a_kill_9(clas
 
 
 def test_demonstrations_get_the_classifier_reward(classifier):
-    from rlinf_user.runtime.replay_service import ReplayService
+    from rlinf_user.runtime.learning.replay_service import ReplayService
 
     path, _, root = classifier
     plain = ReplayService(100, None, str(root / "expert"))
@@ -168,7 +168,7 @@ def test_a_client_waits_for_a_server_still_starting_and_passes_its_refusals_on(c
 
     import ray
 
-    from rlinf_user.runtime.reward_server import RewardClient, RewardServer, server_name
+    from rlinf_user.runtime.serving.reward_server import RewardClient, RewardServer, server_name
 
     path, _, root = classifier
     name = server_name(str(root / "run"))

@@ -11,7 +11,7 @@ import torch
 from rlinf_user.config.compose import compose_config, validate
 from rlinf_user.env.spec import EnvSpec
 from rlinf_user.policies.base import build_policy
-from rlinf_user.runtime.weights import WeightPublisher, WeightStore
+from rlinf_user.runtime.weights.store import WeightPublisher, WeightStore
 
 SPEC = EnvSpec(state_dim=6, active_dims=(0, 1, 2))
 
@@ -32,7 +32,7 @@ def server_cfg(*extra):
 def test_server_answers_batched_requests_with_the_published_weights(ray_runtime):
     import ray
 
-    from rlinf_user.runtime.rollout_server import RolloutServer
+    from rlinf_user.runtime.serving.rollout_server import RolloutServer
 
     cfg = server_cfg()
     store = ray.remote(WeightStore).remote()
@@ -80,7 +80,7 @@ def test_server_answers_batched_requests_with_the_published_weights(ray_runtime)
 def test_max_batch_splits_a_queue_into_forward_passes(ray_runtime):
     import ray
 
-    from rlinf_user.runtime.rollout_server import RolloutServer
+    from rlinf_user.runtime.serving.rollout_server import RolloutServer
 
     cfg = server_cfg("placement.rollout.max_batch=4", "placement.rollout.max_wait_ms=50")
     server = ray.remote(RolloutServer).remote(cfg, SPEC, None)  # no weights: its initial policy
@@ -96,7 +96,7 @@ def test_out_of_device_memory_is_reported_with_the_batch_size_and_smaller_batche
     4 rows, as a CUDA allocation would. The server splits the batch, answers every row
     (the same actions as one pass), serves later batches at the size that fits, and names
     the batch size in its log; a model that does not fit one row is the callers' error."""
-    from rlinf_user.runtime.rollout_server import RolloutServer
+    from rlinf_user.runtime.serving.rollout_server import RolloutServer
 
     server = RolloutServer(server_cfg("placement.rollout.max_batch=64"), SPEC, None)
     real_act = server.policy.act
@@ -185,7 +185,7 @@ def test_training_through_the_rollout_server_and_kill_9_of_it(tmp_path, ray_runt
     import ray
 
     from rlinf_user.rundir import create_run_dir
-    from rlinf_user.runtime.trainer import Trainer
+    from rlinf_user.runtime.orchestration.trainer import Trainer
 
     cfg = train_cfg(tmp_path)
     run_dir = create_run_dir(cfg)

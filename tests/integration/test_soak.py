@@ -13,8 +13,8 @@ import pytest
 from rlinf_user.config.compose import compose_config, validate  # noqa: E402
 from rlinf_user.data.replay import ReplayBuffer  # noqa: E402
 from rlinf_user.rundir import create_run_dir  # noqa: E402
-from rlinf_user.runtime.resources import run_snapshot  # noqa: E402
-from rlinf_user.runtime.trainer import Trainer  # noqa: E402
+from rlinf_user.runtime.orchestration.resources import run_snapshot  # noqa: E402
+from rlinf_user.runtime.orchestration.trainer import Trainer  # noqa: E402
 
 CAPACITY = 800
 STEPS = 4000

@@ -18,7 +18,7 @@ from rlinf_user.robots.teleop.device import QueueSource
 from rlinf_user.robots.teleop.evdev_input import EV_KEY, EV_SYN, pack_event
 from rlinf_user.robots.teleop.keyboard import KEY
 from rlinf_user.robots.teleop.spacemouse import SpaceMouse
-from rlinf_user.runtime.replay_service import load_demo_buffer
+from rlinf_user.runtime.learning.replay_service import load_demo_buffer
 from rlinf_user.sims.gym_hil import GymHilEnv
 from rlinf_user.teleop.record import Recorder
 from rlinf_user.teleop.synthetic import PickCubeExpert, SpaceMouseHand, SyntheticHuman

@@ -9,7 +9,7 @@ import pytest
 from run_helpers import short_cfg, transitions  # noqa: E402
 
 from rlinf_user.rundir import create_run_dir  # noqa: E402
-from rlinf_user.runtime.trainer import Trainer  # noqa: E402
+from rlinf_user.runtime.orchestration.trainer import Trainer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_sac_flow_trains_a_flow_policy_through_the_same_runtime(tmp_path, ray_ru
     back into a flow policy that evaluation runs."""
     from rlinf_user.env.registry import make_env
     from rlinf_user.evaluation import checkpoint_spec, evaluate_policy, load_policy_from_checkpoint
-    from rlinf_user.runtime.learner import latest_checkpoint
+    from rlinf_user.runtime.learning.learner import latest_checkpoint
 
     cfg = short_cfg(tmp_path, "algo=sac_flow", "policy=flow", "policy.flow_steps=3", sim="maniskill")
     run_dir = create_run_dir(cfg)

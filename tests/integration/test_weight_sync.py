@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from rlinf_user.runtime.weights import WeightPublisher, WeightStore, WeightSubscriber
+from rlinf_user.runtime.weights.store import WeightPublisher, WeightStore, WeightSubscriber
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import logging
 import pytest
 
 from rlinf_user.config.compose import ConfigError, compose_config, validate
-from rlinf_user.runtime.placement import make_plan
+from rlinf_user.runtime.orchestration.placement import make_plan
 
 
 def test_defaults_are_sim_training_on_this_machine():

@@ -9,7 +9,7 @@ import torch.multiprocessing as mp
 from rlinf_user.algorithms.base import build_algorithm
 from rlinf_user.config.compose import compose_config
 from rlinf_user.env.spec import EnvSpec
-from rlinf_user.runtime.data_parallel import join_group, shard
+from rlinf_user.runtime.learning.data_parallel import join_group, shard
 
 SPEC = EnvSpec(state_dim=5, active_dims=(0, 1, 2))
 STEPS = 6

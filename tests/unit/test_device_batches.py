@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlinf_user.env.spec import EnvSpec
-from rlinf_user.runtime.device_batches import device_batches, replay_batch
+from rlinf_user.runtime.learning.device_batches import device_batches, replay_batch
 
 
 def spec():

@@ -5,8 +5,8 @@ import pytest
 
 from rlinf_user.config.compose import compose_config
 from rlinf_user.env.spec import EnvSpec
-from rlinf_user.runtime.fleet import Adapter, members, misfit, union_spec, wants_member_id
-from rlinf_user.runtime.placement import make_plan, ray_init_kwargs
+from rlinf_user.runtime.orchestration.placement import make_plan, ray_init_kwargs
+from rlinf_user.runtime.rollout.fleet import Adapter, members, misfit, union_spec, wants_member_id
 
 
 def spec(state, cams, active):

@@ -63,7 +63,7 @@ def test_the_pixel_recipe_is_the_state_recipe_with_an_advantage_weighted_actor()
 
 
 def test_demonstrations_with_frames_become_rows_with_maps_and_keep_their_n_step_returns():
-    from rlinf_user.runtime.replay_service import featurize_buffer
+    from rlinf_user.runtime.learning.replay_service import featurize_buffer
 
     n = 12
     buf = ReplayBuffer(n, nstep=3, gamma=0.9)
@@ -89,7 +89,7 @@ def test_demonstrations_with_frames_become_rows_with_maps_and_keep_their_n_step_
 def test_an_env_worker_sends_maps_of_the_frames_it_rendered():
     """Two workers, same seed and random actions: one sends frames, one the maps; the maps
     are the featurizer's of those frames, also for an episode's final observation."""
-    from rlinf_user.runtime.env_worker import EnvWorker
+    from rlinf_user.runtime.rollout.env_worker import EnvWorker
 
     common = ["env.image_size=64", "env.max_episode_steps=4", "buffer.chunk_steps=1000"]
     chunks = []

@@ -71,7 +71,7 @@ def test_the_bc_learner_builds_chunk_targets_only_from_labels():
 
     from rlinf_user.config.compose import compose_config
     from rlinf_user.env.spec import EnvSpec
-    from rlinf_user.runtime.bc_learner import BCLearner
+    from rlinf_user.runtime.learning.bc_learner import BCLearner
 
     spec = EnvSpec(state_dim=3, cameras={"top": (8, 8)}, instruction=True, active_dims=(0, 1, 2))
     cfg = compose_config(["policy=pi0", "policy.horizon=3"]).policy

@@ -182,7 +182,7 @@ def test_reader_refuses_what_is_not_a_v3_dataset(tmp_path):
 
 
 def test_only_human_steps_of_a_session_become_demonstrations(tmp_path):
-    from rlinf_user.runtime.replay_service import load_demo_buffer
+    from rlinf_user.runtime.learning.replay_service import load_demo_buffer
 
     root = tmp_path / "session"
     w = LeRobotWriter(root, FPS, features())
@@ -208,8 +208,8 @@ def test_demos_recorded_under_other_reward_settings_are_refused(tmp_path):
     from omegaconf import OmegaConf
 
     from rlinf_user.env.spec import EnvSpec
-    from rlinf_user.runtime.run_record import RunError
-    from rlinf_user.runtime.trainer import check_demos
+    from rlinf_user.runtime.orchestration.run_record import RunError
+    from rlinf_user.runtime.orchestration.trainer import check_demos
 
     root = tmp_path / "ds"
     dense = OmegaConf.create({"reward": "dense", "success_bonus": 15.0})

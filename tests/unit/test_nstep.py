@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rlinf_user.data.replay import ReplayBuffer
-from rlinf_user.runtime.replay_service import ReplayService
+from rlinf_user.runtime.learning.replay_service import ReplayService
 
 
 def stream_rows(env_id, steps, rewards, term=None, trunc=None):

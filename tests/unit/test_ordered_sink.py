@@ -4,7 +4,7 @@ the (threaded) actor runs the calls in."""
 import random
 import threading
 
-from rlinf_user.runtime.ordered_sink import SenderOrder
+from rlinf_user.runtime.learning.ordered_sink import SenderOrder
 
 
 def _sink(max_held=8):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from rlinf_user.data.replay import ReplayBuffer, TransitionError
-from rlinf_user.runtime.replay_service import ReplayService
+from rlinf_user.runtime.learning.replay_service import ReplayService
 
 
 def chunk(n=10, start=0, state_dim=4, nan=False):

@@ -7,9 +7,9 @@ import pytest
 from rlinf_user.config.compose import compose_config
 from rlinf_user.env.registry import make_vector_env
 from rlinf_user.env.spec import Col, EnvSpec
-from rlinf_user.runtime.fleet import Adapter
 from rlinf_user.runtime.rollout.act import Actor
 from rlinf_user.runtime.rollout.episodes import EpisodeBook
+from rlinf_user.runtime.rollout.fleet import Adapter
 from rlinf_user.runtime.rollout.hooks import GroupHolds
 from rlinf_user.runtime.rollout.observe import Observer
 from rlinf_user.runtime.rollout.step import Step, StepHook

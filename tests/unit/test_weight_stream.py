@@ -7,7 +7,7 @@ import struct
 import pytest
 import torch
 
-from rlinf_user.runtime.weight_stream import WeightServer, WeightStreamClient
+from rlinf_user.runtime.weights.stream import WeightServer, WeightStreamClient
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_a_worker_asking_mid_staging_gets_each_block_once_staged(server):
     arrives before the copies are done still gets the whole version, byte for byte."""
     import threading
 
-    from rlinf_user.runtime import weight_stream
+    from rlinf_user.runtime.weights import stream as weight_stream
 
     big = torch.randn(3 * weight_stream.BLOCK // 4 + 123)  # fp32: 3 blocks and a bit
     half = torch.randn(7, 5).to(torch.bfloat16)
@@ -105,7 +105,7 @@ def test_a_server_gone_mid_run_raises_a_connection_error(server):
 def test_a_worker_that_stops_reading_is_dropped_and_its_pins_released(server, monkeypatch):
     import time
 
-    from rlinf_user.runtime import weight_stream
+    from rlinf_user.runtime.weights import stream as weight_stream
 
     monkeypatch.setattr(weight_stream, "SEND_TIMEOUT_S", 0.5)
     server.stage(0, {"w": torch.zeros(16 * 2**20)})  # 64 MB: far more than the socket buffers hold

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from rlinf_user.runtime.weights import WeightStore, _assign, pack
+from rlinf_user.runtime.weights.store import WeightStore, _assign, pack
 
 
 def assemble(chunks, like):
@@ -53,7 +53,7 @@ def test_store_serves_only_versions_holding_current_values():
 def test_bf16_tensors_travel_as_their_bits():
     import torch
 
-    from rlinf_user.runtime.weights import to_numpy_state
+    from rlinf_user.runtime.weights.store import to_numpy_state
 
     src = torch.randn(5, 3).to(torch.bfloat16)
     arr = to_numpy_state({"w": src})["w"]

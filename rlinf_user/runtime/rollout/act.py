@@ -53,7 +53,7 @@ class Actor:
         if self.policy is None:
             from rlinf_user.netem import LinkSpec
             from rlinf_user.policies.base import build_policy
-            from rlinf_user.runtime.weights import WeightSubscriber
+            from rlinf_user.runtime.weights.store import WeightSubscriber
 
             self.policy = build_policy(self.cfg.policy, self.spec)
             self.policy.eval()

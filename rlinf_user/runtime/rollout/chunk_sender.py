@@ -2,7 +2,7 @@
 until the sink has taken them.
 
 Each chunk gets the next sequence number of this sender (one per worker process), so the
-sink stores them in order (:mod:`rlinf_user.runtime.ordered_sink`). At most
+sink stores them in order (:mod:`rlinf_user.runtime.learning.ordered_sink`). At most
 ``max_inflight`` sends are outstanding; a chunk whose send failed because the sink died
 goes back to the backlog and is sent again to the next sink, so a learner crash loses
 nothing a worker produced (at-least-once: the sink drops a copy it already stored).

@@ -50,7 +50,7 @@ class Supervision(StepHook):
 
 class LearnedReward(StepHook):
     def __init__(self, client, envs, ends_episode: bool):
-        self.client = client  # rlinf_user.runtime.reward_server.RewardClient
+        self.client = client  # rlinf_user.runtime.serving.reward_server.RewardClient
         self.envs = envs
         self.ends_episode = ends_episode
         self.classified = np.zeros(envs.num_envs, dtype=bool)  # per env: the classifier called a success

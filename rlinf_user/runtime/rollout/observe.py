@@ -13,7 +13,7 @@ from rlinf_user.env.spec import Col, instruction_array
 
 class Observer:
     def __init__(self, featurizer=None):
-        self.adapter = None  # rlinf_user.runtime.fleet.Adapter, set when the worker is attached
+        self.adapter = None  # rlinf_user.runtime.rollout.fleet.Adapter, set when the worker is attached
         self.featurizer = featurizer
         self.features: dict[str, Any] | None = None  # the current observation with maps in place of frames
 

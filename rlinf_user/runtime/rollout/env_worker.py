@@ -40,7 +40,7 @@ def rollout_enabled(cfg) -> bool:
 
 
 class EnvWorker:
-    """Steps one member's envs (see :mod:`rlinf_user.runtime.fleet`). Its observations and
+    """Steps one member's envs (see :mod:`rlinf_user.runtime.rollout.fleet`). Its observations and
     actions are adapted to the learner's spec (``fleet_spec``); without one given, the
     worker serves its own env's spec, or waits for :meth:`attach` when it is a fleet
     member whose learner spec is not known yet."""
@@ -78,7 +78,7 @@ class EnvWorker:
         self.observer = Observer(featurizer)
         self.hooks: list[StepHook] = []  # in order: a reward that ends episodes before those who see the ends
         if reward_name is not None:
-            from rlinf_user.runtime.reward_server import RewardClient
+            from rlinf_user.runtime.serving.reward_server import RewardClient
 
             rw = cfg.get("reward")
             self.hooks.append(LearnedReward(RewardClient(reward_name), self.envs, bool(rw is not None and rw.get("ends_episode", False))))
@@ -114,7 +114,7 @@ class EnvWorker:
         """Build the policy for the learner's spec (unless a rollout server acts for this
         worker: then only for evaluation, when first needed) and the adapter to it; raises
         ``ValueError`` naming what does not fit."""
-        from rlinf_user.runtime.fleet import Adapter
+        from rlinf_user.runtime.rollout.fleet import Adapter
 
         fleet_spec = fleet_spec if isinstance(fleet_spec, EnvSpec) else EnvSpec.from_dict(fleet_spec)
         adapter = Adapter(self.own_spec, fleet_spec, self.member_index)

@@ -23,8 +23,8 @@ import torch
 
 from rlinf_user.algorithms.base import ON_POLICY, algorithm_class, build_algorithm
 from rlinf_user.env.spec import Col, EnvSpec
-from rlinf_user.runtime.device_batches import device_batches, replay_batch
-from rlinf_user.runtime.ordered_sink import SenderOrder
+from rlinf_user.runtime.learning.device_batches import device_batches, replay_batch
+from rlinf_user.runtime.learning.ordered_sink import SenderOrder
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,11 @@ class Learner:
             self.segments = self.algo.segment_store()
         elif replay is None:  # collocated: the buffer lives in this process
             from rlinf_user.policies.frame_features import frame_feature_settings
-            from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos, reward_settings
+            from rlinf_user.runtime.learning.replay_service import (
+                ReplayService,
+                interventions_as_demos,
+                reward_settings,
+            )
 
             self.local_replay = ReplayService(
                 cfg.buffer.capacity,
@@ -102,8 +106,8 @@ class Learner:
             self.bc_warmup(warm)
         self.dp = None
         replicas = int(cfg.placement.get("learner_replicas", 1) or 1)
-        if replicas > 1:  # data-parallel: this is rank 0 (see rlinf_user.runtime.data_parallel)
-            from rlinf_user.runtime.data_parallel import DataParallel
+        if replicas > 1:  # data-parallel: this is rank 0 (see rlinf_user.runtime.learning.data_parallel)
+            from rlinf_user.runtime.learning.data_parallel import DataParallel
 
             self.dp = DataParallel(cfg, self.spec, self.algo, replicas, replica_options or {})
 
@@ -155,7 +159,7 @@ class Learner:
     # -- replay (collocated mode receives chunks here) --------------------------------
     def add(self, chunk: dict[str, np.ndarray], sender: str | None = None, seq: int = 0, base: int = 0) -> int:
         """Store a worker's chunk; numbered chunks are stored in their sender's order
-        (:mod:`rlinf_user.runtime.ordered_sink`)."""
+        (:mod:`rlinf_user.runtime.learning.ordered_sink`)."""
         return self.order.add(chunk, sender, seq, base, self._store)
 
     def _store(self, chunk: dict[str, np.ndarray]) -> int:
@@ -207,7 +211,7 @@ class Learner:
 
     # -- weights ------------------------------------------------------------------------
     def publish(self) -> int:
-        from rlinf_user.runtime.weights import WeightPublisher
+        from rlinf_user.runtime.weights.store import WeightPublisher
 
         with self.lock:  # never while an update is changing the weights
             if self._publisher is None:
@@ -320,7 +324,7 @@ class Learner:
 
     def replica_digests(self) -> list[float]:
         """Checksums of the lead's then each data-parallel replica's policy weights."""
-        from rlinf_user.runtime.data_parallel import weights_digest
+        from rlinf_user.runtime.learning.data_parallel import weights_digest
 
         return [weights_digest(self.algo.policy), *(self.dp.digests() if self.dp is not None else [])]
 

@@ -1,6 +1,6 @@
 """Keeping a run's roles alive: a dead learner, rollout server, reward server or
 evaluation worker is replaced, each at most a few times (then the run stops and says how
-to resume). Mixed into :class:`rlinf_user.runtime.trainer.Trainer`."""
+to resume). Mixed into :class:`rlinf_user.runtime.orchestration.trainer.Trainer`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import logging
 import time
 from typing import Any
 
-from rlinf_user.runtime.run_record import RunError, root_cause
-from rlinf_user.runtime.workers import START_TIMEOUT_S
+from rlinf_user.runtime.orchestration.run_record import RunError, root_cause
+from rlinf_user.runtime.orchestration.workers import START_TIMEOUT_S
 from rlinf_user.seeds import EVAL_WORKER_ID, eval_worker_seed
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class Supervision:
         workers see never goes back."""
         import ray
 
-        from rlinf_user.runtime.learner import latest_checkpoint
+        from rlinf_user.runtime.learning.learner import latest_checkpoint
 
         p = self.progress
         self._count_restart("learner", MAX_LEARNER_RESTARTS, err)
@@ -74,7 +74,7 @@ class Supervision:
     def _start_reward_server(self) -> None:
         import ray
 
-        from rlinf_user.runtime.reward_server import RewardServer, server_name
+        from rlinf_user.runtime.serving.reward_server import RewardServer, server_name
 
         name = server_name(str(self.run_dir))
         rw = self.cfg.reward
@@ -129,7 +129,7 @@ class Supervision:
     def _start_rollout_server(self) -> None:
         import ray
 
-        from rlinf_user.runtime.rollout_server import RolloutServer
+        from rlinf_user.runtime.serving.rollout_server import RolloutServer
 
         self.rollout_server = (
             ray.remote(RolloutServer).options(**self.plan.rollout.actor_options()).remote(self.cfg, self.spec, self.weights)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlinf_user.env.spec import EnvSpec
-from rlinf_user.runtime.fleet import Member, union_spec, wants_member_id
-from rlinf_user.runtime.run_record import root_cause
+from rlinf_user.runtime.orchestration.run_record import root_cause
+from rlinf_user.runtime.rollout.fleet import Member, union_spec, wants_member_id
 from rlinf_user.seeds import worker_seed
 
 log = logging.getLogger(__name__)

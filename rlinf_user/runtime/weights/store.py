@@ -6,7 +6,7 @@ a version carries only the tensors that changed since the last one (trainable pa
 buffers whose values moved; a frozen backbone is sent once). Two transports move the bytes:
 
 * ``tcp`` (default): the learner process serves its staged tensors itself
-  (:mod:`rlinf_user.runtime.weight_stream`); workers pull over one persistent connection
+  (:mod:`rlinf_user.runtime.weights.stream`); workers pull over one persistent connection
   straight into their own buffers.
 * ``ray``: tensors packed into chunks of at most ``chunk_bytes`` (a larger tensor is
   split) go into the Ray object store, and the store remembers which version holds each
@@ -190,7 +190,7 @@ class WeightPublisher:
                 changed[k] = t
         if self.transport == "tcp":
             if self._server is None:
-                from rlinf_user.runtime.weight_stream import WeightServer
+                from rlinf_user.runtime.weights.stream import WeightServer
 
                 self._server = WeightServer(port=self.port)
             self._server.begin(version, changed)  # workers may start pulling before the copies end
@@ -314,7 +314,7 @@ class WeightSubscriber:
 
     def _stream_client(self):
         if self._client is None:
-            from rlinf_user.runtime.weight_stream import WeightStreamClient
+            from rlinf_user.runtime.weights.stream import WeightStreamClient
 
             self._client = WeightStreamClient(link=self.link)
         return self._client

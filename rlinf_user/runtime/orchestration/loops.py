@@ -20,8 +20,8 @@ import logging
 import time
 from typing import Any
 
-from rlinf_user.runtime.run_record import RunError, root_cause
-from rlinf_user.runtime.workers import PoolError
+from rlinf_user.runtime.orchestration.run_record import RunError, root_cause
+from rlinf_user.runtime.orchestration.workers import PoolError
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from rlinf_user.data.replay import ReplayBuffer, TransitionError
 from rlinf_user.env.spec import Col
-from rlinf_user.runtime.ordered_sink import SenderOrder
+from rlinf_user.runtime.learning.ordered_sink import SenderOrder
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class ReplayService:
 
     def add(self, chunk: dict[str, np.ndarray], sender: str | None = None, seq: int = 0, base: int = 0) -> int:
         """Store a worker's chunk; numbered chunks are stored in their sender's order
-        (:mod:`rlinf_user.runtime.ordered_sink`)."""
+        (:mod:`rlinf_user.runtime.learning.ordered_sink`)."""
         return self.order.add(chunk, sender, seq, base, self._store)
 
     def _store(self, chunk: dict[str, np.ndarray]) -> int:

@@ -21,8 +21,8 @@ import torch
 from rlinf_user.algorithms.bc import BC
 from rlinf_user.env.spec import Col
 from rlinf_user.policies.base import build_policy
-from rlinf_user.runtime.learner import as_spec
-from rlinf_user.runtime.weights import WeightPublisher
+from rlinf_user.runtime.learning.learner import as_spec
+from rlinf_user.runtime.weights.store import WeightPublisher
 
 log = logging.getLogger(__name__)
 

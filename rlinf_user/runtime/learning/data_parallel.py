@@ -104,7 +104,7 @@ class LearnerReplica:
     """Rank ``rank`` > 0 of a data-parallel learner (a Ray actor the lead starts)."""
 
     def __init__(self, cfg, spec, rank: int):
-        from rlinf_user.runtime.learner import resolve_device
+        from rlinf_user.runtime.learning.learner import resolve_device
 
         torch.manual_seed(cfg.seed)
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
@@ -121,7 +121,7 @@ class LearnerReplica:
         self.algo.load_checkpoint_state(state)
 
     def update(self, batches: list[dict[str, Any]], replay: bool) -> dict[str, float]:
-        from rlinf_user.runtime.device_batches import device_batches
+        from rlinf_user.runtime.learning.device_batches import device_batches
 
         # replay batches reach the device as they do on the learner: the next one copied during
         # this update, so a replica keeps pace with the learner it all-reduces with

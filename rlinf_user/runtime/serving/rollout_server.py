@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from rlinf_user.env.spec import Col, batch_size, concat_obs, index_obs_torch, obs_to_torch
-from rlinf_user.runtime.learner import as_spec, resolve_device
+from rlinf_user.runtime.learning.learner import as_spec, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class RolloutServer:
     def __init__(self, cfg, spec: dict[str, Any], weight_store=None):
         from rlinf_user.netem import LinkSpec
         from rlinf_user.policies.base import build_policy
-        from rlinf_user.runtime.weights import WeightSubscriber
+        from rlinf_user.runtime.weights.store import WeightSubscriber
 
         rcfg = cfg.placement.rollout
         # requests arrive as read-only arrays (Ray's zero-copy reads); the policy only reads them

@@ -1,11 +1,11 @@
 """A training run on Ray: set-up of its roles, the driver loop, the summary.
 
 The roles (env workers, learner, replay, rollout and reward servers, an evaluation
-worker) are placed by :mod:`rlinf_user.runtime.placement`; the driver loop that routes
-their completions is in :mod:`rlinf_user.runtime.loops` (streaming for replay algorithms,
+worker) are placed by :mod:`rlinf_user.runtime.orchestration.placement`; the driver loop that routes
+their completions is in :mod:`rlinf_user.runtime.orchestration.loops` (streaming for replay algorithms,
 synchronous rounds for on-policy ones); what the run records is in
-:mod:`rlinf_user.runtime.run_record`; replacing dead roles in
-:mod:`rlinf_user.runtime.supervision`.
+:mod:`rlinf_user.runtime.orchestration.run_record`; replacing dead roles in
+:mod:`rlinf_user.runtime.orchestration.supervision`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from rlinf_user.rundir import write_json
-from rlinf_user.runtime.placement import make_plan, ray_init_kwargs, start_ray
-from rlinf_user.runtime.run_record import RECENT_EPISODES, Progress, RunError, RunRecord, root_cause
-from rlinf_user.runtime.supervision import Supervision
-from rlinf_user.runtime.workers import START_TIMEOUT_S, PoolError, WorkerPool
+from rlinf_user.runtime.orchestration.placement import make_plan, ray_init_kwargs, start_ray
+from rlinf_user.runtime.orchestration.run_record import RECENT_EPISODES, Progress, RunError, RunRecord, root_cause
+from rlinf_user.runtime.orchestration.supervision import Supervision
+from rlinf_user.runtime.orchestration.workers import START_TIMEOUT_S, PoolError, WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def _ray_init(cfg, plan) -> bool:
 
     if ray.is_initialized():
         return False
-    from rlinf_user.runtime.fleet import members
+    from rlinf_user.runtime.rollout.fleet import members
 
     try:  # one machine offers every member's robot itself, and a CPU for each worker
         ms = members(cfg)
@@ -63,11 +63,11 @@ class Trainer(Supervision):
         import torch
 
         from rlinf_user.policies.frame_features import frame_feature_settings
-        from rlinf_user.runtime.env_worker import EnvWorker
-        from rlinf_user.runtime.fleet import members
-        from rlinf_user.runtime.learner import Learner, latest_checkpoint
-        from rlinf_user.runtime.replay_service import ReplayService, interventions_as_demos, reward_settings
-        from rlinf_user.runtime.weights import WeightStore
+        from rlinf_user.runtime.learning.learner import Learner, latest_checkpoint
+        from rlinf_user.runtime.learning.replay_service import ReplayService, interventions_as_demos, reward_settings
+        from rlinf_user.runtime.rollout.env_worker import EnvWorker
+        from rlinf_user.runtime.rollout.fleet import members
+        from rlinf_user.runtime.weights.store import WeightStore
 
         cfg = self.cfg
         gpu = torch.cuda.is_available()
@@ -166,7 +166,7 @@ class Trainer(Supervision):
         import ray
 
         from rlinf_user.evaluation import EVAL_ACCOUNTING
-        from rlinf_user.runtime.loops import Schedule, streaming_loop, sync_on_policy_loop
+        from rlinf_user.runtime.orchestration.loops import Schedule, streaming_loop, sync_on_policy_loop
 
         cfg, p = self.cfg, self.progress
         self._start()

@@ -2,7 +2,7 @@
 
 Roles: ``env_worker`` (x N), ``eval_worker``, ``learner``, ``replay``, ``weights`` and,
 with ``placement.rollout.enabled``, ``rollout`` (one policy-inference server that every
-env worker's steps go through, batched; see :mod:`rlinf_user.runtime.rollout_server`).
+env worker's steps go through, batched; see :mod:`rlinf_user.runtime.serving.rollout_server`).
 
 * ``collocated``: the replay buffer lives inside the learner process (no RPC per
   sample); learner and rollout share the machine's devices (fractional GPUs when present).

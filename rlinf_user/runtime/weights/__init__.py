@@ -1,0 +1,2 @@
+"""Weight publication (learner) and subscription (env workers, servers): versioned, over TCP
+or Ray, changed tensors only."""
