@@ -74,6 +74,9 @@ VARIANTS: dict[str, list[str]] = {
     "demos_supervisor_patient": [*RECIPE, "intervention.enabled=true", "intervention.synthetic_human=true",
                                  "intervention.patience=20"],  # fmt: skip
     "sac": ["algo=sac"],  # from scratch: no demonstrations, no supervisor
+    # IQL offline on the demonstrations (its own losses, algo.offline_updates), then online
+    # with half of every batch from them; one update per env step as the recipe
+    "iql": ["algo=iql", "demos={demos}", "algo.paced=true"],
 }
 
 

@@ -39,6 +39,7 @@ ALGORITHMS = Registry(
         "bc": "rlinf_user.algorithms.bc:BC",
         "ppo": "rlinf_user.algorithms.ppo:PPO",
         "grpo": "rlinf_user.algorithms.ppo:GRPO",
+        "iql": "rlinf_user.algorithms.iql:IQL",
     },
     entry_points="rlinf_user.algorithms",
 )
@@ -57,8 +58,10 @@ class ReplayPlan:
     n_step: int = 1  # the buffer's n-step returns (per env stream)
     gamma: float = 0.99  # their discount
     paced: bool = False  # sim env workers wait while the learner is behind utd_ratio
-    bc_warmup_updates: int = 0  # clone the policy on the demonstrations before the first update
-    bc_warmup_lr: float = 1e-3
+    # updates on the demonstrations alone before the first env step (Algorithm.warm_start:
+    # behaviour cloning by default, an offline phase of the algorithm's own losses for IQL)
+    warm_start_updates: int = 0
+    warm_start_lr: float = 1e-3
 
     data_mode: ClassVar[str] = REPLAY
 
@@ -189,11 +192,11 @@ class Algorithm:
             raise NonFiniteLoss(f"update {self.num_updates} of algo={self.cfg.name} produced NaN/Inf in {bad[:8]}: {metrics}")
 
     def warm_start(self, batches) -> float:
-        """Behaviour-clone the policy on demonstration batches (``plan.bc_warmup_updates``)
-        before any RL update; returns the last loss."""
+        """Before any RL update, ``plan.warm_start_updates`` batches of demonstrations:
+        here, behaviour cloning of the policy; returns the last loss."""
         from rlinf_user.algorithms.bc import BC
 
-        bc = BC.for_policy(self.policy, lr=self.data_plan(self.cfg).bc_warmup_lr)
+        bc = BC.for_policy(self.policy, lr=self.data_plan(self.cfg).warm_start_lr)
         loss = float("nan")
         for batch in batches:
             loss = bc.step(batch[Col.OBS], batch[Col.ACTION])

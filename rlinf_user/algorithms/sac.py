@@ -136,8 +136,8 @@ class SAC(Algorithm):
         return ReplayPlan(
             batch_size=int(algo_cfg.batch_size), demo_ratio=float(algo_cfg.demo_ratio), utd_ratio=float(algo_cfg.utd_ratio),
             learning_starts=int(algo_cfg.learning_starts), n_step=int(algo_cfg.n_step), gamma=float(algo_cfg.gamma),
-            paced=bool(algo_cfg.paced), bc_warmup_updates=int(algo_cfg.bc_warmup_updates or 0),
-            bc_warmup_lr=float(algo_cfg.actor_lr),
+            paced=bool(algo_cfg.paced), warm_start_updates=int(algo_cfg.bc_warmup_updates or 0),
+            warm_start_lr=float(algo_cfg.actor_lr),
         )  # fmt: skip
 
     @classmethod

@@ -128,7 +128,7 @@ class EdgeDaemon:
 
         Call it from a thread that lives as long as the daemon (the main thread): the
         control-loop process is told to stop when the thread that started it ends."""
-        from rlinf_user.edge.control_loop import serve
+        from rlinf_user.edge.loop_process import serve
         from rlinf_user.procs import raise_fd_limit
 
         old, new = raise_fd_limit()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from rlinf_user import doctor_realtime
 from rlinf_user import doctor_robot as doctor
 from rlinf_user.robots.franka.driver import libfranka_version
 
@@ -169,34 +170,34 @@ def test_silent_robot_times_out_with_the_configured_timeout():
 
 
 def test_rt_kernel_status_follows_robot_realtime(monkeypatch):
-    monkeypatch.setattr(doctor, "_kernel_is_realtime", lambda: (False, "6.8.0-generic"))
-    assert doctor.check_rt_kernel(True).status == "fail"
-    degraded = doctor.check_rt_kernel(False)
+    monkeypatch.setattr(doctor_realtime, "_kernel_is_realtime", lambda: (False, "6.8.0-generic"))
+    assert doctor_realtime.check_rt_kernel(True).status == "fail"
+    degraded = doctor_realtime.check_rt_kernel(False)
     assert degraded.status == "warn" and "robot.realtime=false" in degraded.detail
     assert "PREEMPT_RT" in degraded.fix
-    monkeypatch.setattr(doctor, "_kernel_is_realtime", lambda: (True, "6.8.1-rt"))
-    assert doctor.check_rt_kernel(True).status == "ok"
+    monkeypatch.setattr(doctor_realtime, "_kernel_is_realtime", lambda: (True, "6.8.1-rt"))
+    assert doctor_realtime.check_rt_kernel(True).status == "ok"
 
 
 def test_sched_fifo_refusal_fails_only_when_realtime_is_needed(monkeypatch):
-    monkeypatch.setattr(doctor, "sched_fifo_allowed", lambda prio: (False, "Operation not permitted"))
-    assert doctor.check_sched_fifo(True).status == "fail"
-    assert doctor.check_sched_fifo(False).status == "warn"
-    assert "rtprio" in doctor.check_sched_fifo(True).fix
-    allowed, _ = doctor.sched_fifo_allowed(1)  # the real probe runs and answers
+    monkeypatch.setattr(doctor_realtime, "sched_fifo_allowed", lambda prio: (False, "Operation not permitted"))
+    assert doctor_realtime.check_sched_fifo(True).status == "fail"
+    assert doctor_realtime.check_sched_fifo(False).status == "warn"
+    assert "rtprio" in doctor_realtime.check_sched_fifo(True).fix
+    allowed, _ = doctor_realtime.sched_fifo_allowed(1)  # the real probe runs and answers
     assert isinstance(allowed, bool)
 
 
 def test_cpu_governor(tmp_path):
-    assert doctor.check_cpu_governor(str(tmp_path)).status == "ok"  # no cpufreq at all
+    assert doctor_realtime.check_cpu_governor(str(tmp_path)).status == "ok"  # no cpufreq at all
     for i, gov in enumerate(["performance", "powersave"]):
         d = tmp_path / f"cpu{i}" / "cpufreq"
         d.mkdir(parents=True)
         (d / "scaling_governor").write_text(gov + "\n")
-    check = doctor.check_cpu_governor(str(tmp_path))
+    check = doctor_realtime.check_cpu_governor(str(tmp_path))
     assert check.status == "warn" and "powersave on 1 CPU" in check.detail
     (tmp_path / "cpu1" / "cpufreq" / "scaling_governor").write_text("performance\n")
-    assert doctor.check_cpu_governor(str(tmp_path)).status == "ok"
+    assert doctor_realtime.check_cpu_governor(str(tmp_path)).status == "ok"
 
 
 def test_edge_keys(tmp_path):

@@ -17,11 +17,8 @@ pytest.importorskip("mani_skill")
 from rlinf_user.config.schema import EnvConfig  # noqa: E402
 from rlinf_user.env.contract import ContractError, validate_observation  # noqa: E402
 from rlinf_user.env.vector import index_obs  # noqa: E402
-from rlinf_user.sims.maniskill import (  # noqa: E402
-    SUPPORTED_TASKS,
-    ManiSkillEnv,
-    ManiSkillVectorEnv,
-)
+from rlinf_user.sims.maniskill import SUPPORTED_TASKS, ManiSkillEnv  # noqa: E402
+from rlinf_user.sims.maniskill_vector import ManiSkillVectorEnv  # noqa: E402
 
 
 def test_unknown_task_lists_supported_ones() -> None:

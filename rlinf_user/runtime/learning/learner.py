@@ -100,10 +100,10 @@ class Learner:
         self._prefetch = None
         self._publisher = None
         self.update_time = 0.0
-        self.bc_warmup_loss: float | None = None
-        warm = 0 if self.on_policy else self.plan.bc_warmup_updates
+        self.warm_start_loss: float | None = None
+        warm = 0 if self.on_policy else self.plan.warm_start_updates
         if cfg.demos and warm > 0 and not cfg.resume and not recovering:
-            self.bc_warmup(warm)
+            self.warm_start(warm)
         self.dp = None
         replicas = int(cfg.placement.get("learner_replicas", 1) or 1)
         if replicas > 1:  # data-parallel: this is rank 0 (see rlinf_user.runtime.learning.data_parallel)
@@ -111,12 +111,13 @@ class Learner:
 
             self.dp = DataParallel(cfg, self.spec, self.algo, replicas, replica_options or {})
 
-    def bc_warmup(self, updates: int) -> float:
-        """Behaviour-clone the policy on the demonstrations before any RL update, so the
-        first published policy already does what the demonstrator did."""
+    def warm_start(self, updates: int) -> float:
+        """The algorithm's warm start on the demonstrations before any RL update (behaviour
+        cloning, or an offline phase of its own losses), so the first published policy
+        already does what the demonstrator did."""
         first = self._sample_demos()
         if first is None:
-            log.warning("bc_warmup_updates set but no demonstrations were loaded")
+            log.warning("a warm start on the demonstrations was asked for but none were loaded")
             return float("nan")
 
         def batches():
@@ -125,8 +126,8 @@ class Learner:
                 yield replay_batch(self._sample_demos(), self.spec, self.device)
 
         loss = self.algo.warm_start(batches())
-        log.info("BC warm start: %d updates on the demonstrations, final loss %.4f", updates, loss)
-        self.bc_warmup_loss = loss
+        log.info("warm start: %d updates on the demonstrations, final loss %.4f", updates, loss)
+        self.warm_start_loss = loss
         return loss
 
     def _sample_demos(self) -> dict[str, np.ndarray] | None:
