@@ -58,7 +58,8 @@ def test_sac_learns_reach_on_distinct_goals(tmp_path):
     # paced: the sim waited for the learner (unpaced, 20k steps met 700 updates)
     assert progress.updates >= 0.5 * (progress.env_steps - 1000) - 1000, (progress.updates, progress.env_steps)
     # the run kept the policy of its best evaluation, exactly: evaluated again on the same
-    # episode seeds it scores what it scored then (the latest policy may have moved on)
+    # (validation) episode seeds it scores what it scored then (the latest policy may have
+    # moved on); the end of the run reported it on the test seeds, which nothing selected on
     from rlinf_user.env.registry import make_env
     from rlinf_user.evaluation import checkpoint_spec, evaluate_policy, load_policy_from_checkpoint
 
@@ -67,9 +68,13 @@ def test_sac_learns_reach_on_distinct_goals(tmp_path):
     policy, version = load_policy_from_checkpoint(best, cfg, checkpoint_spec(best))
     assert version == summary["best"]["policy_version"]
     env = make_env(cfg.env, seed=cfg.seed)
-    again = evaluate_policy(env, policy, cfg.eval_episodes)
+    again = evaluate_policy(env, policy, cfg.eval_episodes, split="validation")
+    test = evaluate_policy(env, policy, cfg.eval_episodes)
     env.close()
     assert abs(again["success_rate"] - summary["best_eval_success"]) <= 0.1, (again, summary["best"])
+    reported = summary["test_eval"]
+    assert reported["split"] == "test" and reported["policy"] == "best" and reported["policy_version"] == version
+    assert abs(reported["success_rate"] - test["success_rate"]) <= 0.1 and reported["episodes"] == EVAL_EPISODES
 
 
 @pytest.mark.slow
