@@ -234,6 +234,18 @@ def _obs_mode(cameras: Sequence[str], privileged: bool) -> str:
     return "rgb+state" if privileged else "rgb"
 
 
+def inspect_base(base_env: Any, cameras: Sequence[str], close) -> tuple[ActionSpec, np.ndarray, float, int]:
+    """The action mapping, control period and state size of a built ManiSkill env (single or
+    GPU-parallel), after checking its cameras; ``close`` releases it if a check fails."""
+    try:
+        _check_cameras(base_env, cameras)
+        spec, signs = action_mapping(base_env)
+    except Exception:
+        close()
+        raise
+    return spec, signs, 1.0 / float(base_env.control_freq), flat_state(base_env._init_raw_obs).shape[-1]
+
+
 def _check_cameras(base_env: Any, cameras: Sequence[str]) -> None:
     available = sorted(base_env._sensors)
     missing = [c for c in cameras if c not in available]
@@ -281,15 +293,8 @@ class ManiSkillEnv(ContractEnv):
             extra=kwargs,
         )
         self._base = self._env.unwrapped
-        try:
-            _check_cameras(self._base, self.cameras)
-            self.action_spec, self._signs = action_mapping(self._base)
-        except Exception:
-            self._env.close()
-            raise
-        self._dt = 1.0 / float(self._base.control_freq)
+        self.action_spec, self._signs, self._dt, state_dim = inspect_base(self._base, self.cameras, self._env.close)
         self._pending_seed = seed
-        state_dim = flat_state(self._base._init_raw_obs).shape[-1]
         self._init_spaces(state_dim, {c: (image_size, image_size) for c in self.cameras})
 
     @classmethod

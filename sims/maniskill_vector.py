@@ -11,12 +11,10 @@ import numpy as np
 from rlinf_user.env.contract import ContractError, action_space, check_action, observation_space
 from rlinf_user.env.vector import index_obs
 from rlinf_user.sims.maniskill import (
-    _check_cameras,
     _np,
     _obs_mode,
-    action_mapping,
     batch_contract_obs,
-    flat_state,
+    inspect_base,
     make_maniskill,
     resolve_backends,
     split_info,
@@ -66,15 +64,8 @@ class ManiSkillVectorEnv:
 
         self._venv = _MSVectorEnv(env, auto_reset=True, ignore_terminations=False)
         self._base = self._venv.base_env
-        try:
-            _check_cameras(self._base, self.cameras)
-            self.action_spec, self._signs = action_mapping(self._base)
-        except Exception:
-            self._venv.close()
-            raise
-        self._dt = 1.0 / float(self._base.control_freq)
+        self.action_spec, self._signs, self._dt, state_dim = inspect_base(self._base, self.cameras, self._venv.close)
         self._pending_seed = seed
-        state_dim = flat_state(self._base._init_raw_obs).shape[-1]
         self.observation_space = observation_space(
             state_dim, {c: (image_size, image_size) for c in self.cameras}
         )
