@@ -95,11 +95,22 @@ class BCTrainable(Protocol):
     def bc_loss(self, obs: dict[str, Any], target: torch.Tensor) -> torch.Tensor: ...
 
 
+@runtime_checkable
+class WeightedRegression(Protocol):
+    """A per-row loss ``(B,)`` pulling the policy toward given actions from encoder features,
+    for actors that weight the data's actions (IQL's advantage-weighted regression)."""
+
+    encoder: nn.Module
+
+    def fit_features(self, feats: torch.Tensor, action: torch.Tensor) -> torch.Tensor: ...
+
+
 CAPABILITIES = {
     "reparameterised sampling with log-prob": Reparameterised,
     "log-prob of recorded samples": ScoresActions,
     "a value function": HasValue,
     "behaviour cloning": BCTrainable,
+    "weighted regression onto given actions": WeightedRegression,
 }
 
 

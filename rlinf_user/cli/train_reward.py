@@ -11,11 +11,11 @@ from rich.table import Table
 def run_train_reward(args, console) -> int:
     from omegaconf import OmegaConf
 
-    from rlinf_user.config.schema import PolicyConfig
+    from rlinf_user.policies.gaussian import GaussianPolicyConfig
     from rlinf_user.reward.classifier import load_frames, train_classifier
 
     frames = load_frames(args.datasets, last_frames=args.last_frames)
-    encoder = OmegaConf.to_container(OmegaConf.structured(PolicyConfig))
+    encoder = OmegaConf.to_container(OmegaConf.structured(GaussianPolicyConfig))
     encoder["name"] = args.encoder or ("cnn" if frames.images else "mlp")
     console.print(
         f"{len(frames.label)} frames from {len(set(frames.episode.tolist()))} episodes: "

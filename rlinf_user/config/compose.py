@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 from collections.abc import Sequence
 
 from hydra import compose, initialize_config_module
@@ -22,20 +24,27 @@ class ConfigError(ValueError):
 
 
 def _register() -> None:
-    """Every algorithm's typed config as ``algo_schema/<name>`` (``configs/algo/<name>.yaml``
-    pulls it in); an algorithm without a YAML of its own (a plugin's) is ``algo/<name>``."""
+    """Every algorithm's and policy's typed config as ``algo_schema/<name>`` and
+    ``policy_schema/<name>`` (``configs/<group>/<name>.yaml`` pulls it in); one without a YAML
+    of its own (a plugin's) is ``algo/<name>`` or ``policy/<name>``."""
     from importlib.resources import files
 
     from rlinf_user.algorithms.base import ALGORITHMS
+    from rlinf_user.policies.base import POLICIES
 
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
-    yamls = files(CONFIG_MODULE).joinpath("algo")
-    for name in ALGORITHMS.names():
-        schema = ALGORITHMS.get(name).config
-        cs.store(group="algo_schema", name=name, node=schema)
-        if not yamls.joinpath(f"{name}.yaml").is_file():
-            cs.store(group="algo", name=name, node=schema)
+    for group, table in (("algo", ALGORITHMS), ("policy", POLICIES)):
+        yamls = files(CONFIG_MODULE).joinpath(group)
+        for name in table.names():
+            schema = getattr(table.get(name), "config", None)
+            if schema is None:  # a plugin policy that declares no keys: its name and what the YAML sets
+                node = {"name": name}
+            else:
+                node = schema(name=name) if dataclasses.is_dataclass(schema) and "name" in schema.__dataclass_fields__ else schema
+            cs.store(group=f"{group}_schema", name=name, node=node)
+            if not yamls.joinpath(f"{name}.yaml").is_file():
+                cs.store(group=group, name=name, node=node)
 
 
 def compose_config(
@@ -103,6 +112,11 @@ def _explain(err: Exception) -> str:
         return f"unknown algorithm: {msg}"
     if "Could not find" in msg and "'policy/" in msg:
         return f"unknown policy: {msg}"
+    unknown = re.match(r"Could not override '(algo|policy)\.([^']+)'", msg)
+    if unknown:
+        group, key = unknown.groups()
+        return (f"{group}.{key}: not a key of the chosen {group} (each {group} declares its own keys: "
+                f"configs/{group}/<name>.yaml names the class that holds them)")
     return msg
 
 

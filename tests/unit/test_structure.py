@@ -65,6 +65,30 @@ def test_every_algorithm_declares_its_config_plan_and_family():
         assert cls.resumes(name)
 
 
+def test_every_policy_and_algorithm_brings_its_own_typed_config():
+    """No shared flat config: each registered class holds a dataclass of its own keys, and its
+    YAML pulls that schema in; a key the chosen policy does not declare is refused by name."""
+    import dataclasses
+
+    import pytest
+
+    import rlinf_user.config.schema as schema
+    from rlinf_user.config.compose import ConfigError, compose_config
+    from rlinf_user.policies.base import POLICIES
+
+    assert not hasattr(schema, "PolicyConfig")
+    for group, table in (("algo", ALGORITHMS), ("policy", POLICIES)):
+        for name in table.names():
+            config = table.get(name).config
+            assert dataclasses.is_dataclass(config) and "name" in config.__dataclass_fields__, (group, name)
+            text = (ROOT / "configs" / group / f"{name}.yaml").read_text()
+            assert f"/{group}_schema@_here_: {name}" in text, f"configs/{group}/{name}.yaml does not pull in its schema"
+    flow_keys = set(compose_config(["policy=flow"], sim="reach").policy)
+    assert {"flow_steps", "encoder"} <= flow_keys and "lora_rank" not in flow_keys
+    with pytest.raises(ConfigError, match="policy.hidden: not a key of the chosen policy"):
+        compose_config(["policy=pi0", "policy.hidden=[3]"], sim="reach")
+
+
 # the learning side, where dicts of transition columns (and observations) travel; the edge
 # speaks its own wire format (rlinf_user.edge.protocol) and the env contract its own spaces
 COLUMN_SIDE = [PACKAGE / d for d in ("algorithms", "data", "runtime", "reward", "teleop", "cli", "evaluation.py")]

@@ -80,8 +80,8 @@ class PPO(Algorithm):
 
     @classmethod
     def configure(cls, cfg) -> None:
-        if str(cfg.algo.credit) == "action":  # the policy's value head then has one output per action
-            cfg.policy.value_per_action = True
+        if str(cfg.algo.credit) == "action" and "value_per_action" in cfg.policy:
+            cfg.policy.value_per_action = True  # the policy's value head then has one output per action
 
     def segment_store(self) -> OnPolicyStore:
         """Where the env workers' segments wait for an update, and get their advantages."""
