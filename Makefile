@@ -3,8 +3,8 @@
 #                Franka pick-cube with the block placed at random (the sim's scripted expert on a
 #                simulated SpaceMouse), then train RLPD on them (state, this machine) until
 #                evaluation success on 50 held-out block positions reaches 90%
-#   make test    install (plus robosuite's own environment and LeRobot's dataset code as a test
-#                oracle), then run the test suite (what CI runs)
+#   make test    install, then run the test suite (what CI runs); robosuite's own environment and
+#                LeRobot's dataset code (a test oracle) install beside the first tests
 .PHONY: install train test bench
 
 install:
@@ -18,8 +18,6 @@ train: install
 	.venv/bin/rlinf-user train --sim gym_hil_random algo=rlpd demos=$(DEMOS) target_success=0.9 $(ARGS)
 
 test: install
-	bash scripts/install_robosuite_env.sh
-	bash scripts/install_lerobot_env.sh
 	bash scripts/run_tests.sh $(PYTEST_ARGS)
 
 bench: install

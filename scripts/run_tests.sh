@@ -3,18 +3,33 @@
 #   * tests marked `wallclock` (a robot paced by its control loop behind an emulated
 #     link: mostly waiting, little CPU), one after another;
 #   * everything else (CPU-bound), one after another.
+# The side environments (robosuite's virtualenv, LeRobot's oracle packages) install in the
+# background meanwhile (SIDE_ENVS=0: not at all); the tests that use them run last in their
+# lane and wait for the install to finish (tests/integration/side_envs.py).
 # TEST_MARK selects tests in both lanes (default: everything but hardware and GPU tests);
 # arguments go to both pytest runs. The exit status is the first failing lane's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MARK="${TEST_MARK:-not hardware and not gpu}"
 LOG="$(mktemp -t wallclock-tests.XXXXXX)"
+if [ "${SIDE_ENVS:-1}" = 1 ]; then
+  mkdir -p .side-envs
+  rm -f .side-envs/status
+  (
+    { bash scripts/install_robosuite_env.sh && bash scripts/install_lerobot_env.sh; } >.side-envs/install.log 2>&1
+    echo $? >.side-envs/status
+    rm -f .side-envs/installing
+  ) &
+  SIDE=$!
+  echo "$SIDE" >.side-envs/installing  # a stale id (the install already done) names no live process
+fi
 .venv/bin/python -m pytest -m "wallclock and ($MARK)" -p no:cacheprovider "$@" >"$LOG" 2>&1 &
 LANE=$!
 .venv/bin/python -m pytest -m "not wallclock and ($MARK)" "$@"
 RC_MAIN=$?
 wait "$LANE"
 RC_WALL=$?
+[ -n "${SIDE:-}" ] && wait "$SIDE"
 echo "---------------- wallclock lane (paced robot, emulated link) ----------------"
 cat "$LOG"
 rm -f "$LOG"

@@ -21,6 +21,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not has_gpu:
             item.add_marker(skip_gpu)
+    # tests of the side environments last: scripts/run_tests.sh installs those beside the lanes
+    items.sort(key=lambda item: "side_env" in item.keywords)
 
 
 @pytest.fixture

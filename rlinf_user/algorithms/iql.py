@@ -50,6 +50,11 @@ class IQLConfig:
     beta: float = 2.0
     normalize_advantage: bool = True
     max_weight: float = 20.0
+    # how the actor is extracted from the critics: "awr" (IQL's advantage-weighted regression
+    # onto the data's actions) | "ddpg_bc" (the critics' action-gradient plus bc_weight x the
+    # regression onto the data's actions, Park et al. 2024)
+    extraction: str = "awr"
+    bc_weight: float = 1.0
     num_critics: int = 2
     critic_layer_norm: bool = True
     demo_ratio: float = 0.5  # online: share of every batch from the demonstrations
@@ -66,6 +71,12 @@ class IQL(Algorithm):
     requires = ("weighted regression onto given actions",)
 
     @classmethod
+    def needs(cls, algo_cfg) -> tuple[str, ...]:
+        if str(getattr(algo_cfg, "extraction", "awr")) == "ddpg_bc":
+            return (*cls.requires, "reparameterised sampling with log-prob")
+        return cls.requires
+
+    @classmethod
     def data_plan(cls, algo_cfg) -> ReplayPlan:
         return ReplayPlan(
             batch_size=int(algo_cfg.batch_size), demo_ratio=float(algo_cfg.demo_ratio),
@@ -77,6 +88,8 @@ class IQL(Algorithm):
     @classmethod
     def problems(cls, algo_cfg, policy_cfg, spec=None) -> list[str]:
         out = super().problems(algo_cfg, policy_cfg, spec)
+        if str(algo_cfg.extraction) not in ("awr", "ddpg_bc"):
+            out.append(f"algo.extraction={algo_cfg.extraction}: awr or ddpg_bc")
         if not 0.5 <= float(algo_cfg.expectile) < 1.0:
             out.append(f"algo.expectile={algo_cfg.expectile}: between 0.5 (the mean) and 1")
         if int(algo_cfg.n_step) < 1 or float(algo_cfg.beta) <= 0:
@@ -145,7 +158,16 @@ class IQL(Algorithm):
             adv = q_target - self.value(feats.detach()).squeeze(-1)
             scale = adv.std().clamp_min(1e-6) if cfg.normalize_advantage else 1.0
             w = torch.exp(cfg.beta * adv / scale).clamp(max=cfg.max_weight)
-        actor_loss = (w * self.policy.fit_features(feats.detach(), action)).mean()
+        fit = self.policy.fit_features(feats.detach(), action)
+        if cfg.extraction == "ddpg_bc":
+            # DDPG+BC extraction from IQL's critics (Park et al. 2024): the actor climbs the
+            # critics' action-gradient, Q over its batch mean magnitude, held near the data by
+            # the regression term
+            pi, _ = self.policy.sample_features(feats.detach())
+            q_pi = self.critic(feats.detach(), pi).mean(dim=0)
+            actor_loss = -(q_pi / q_pi.abs().mean().detach().clamp_min(1e-3)).mean() + cfg.bc_weight * fit.mean()
+        else:
+            actor_loss = (w * fit).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         self.backward(actor_loss, self.actor_opt)
         self.actor_opt.step()

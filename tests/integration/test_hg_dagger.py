@@ -53,7 +53,7 @@ def test_hg_dagger_session_with_a_synthetic_supervisor(tmp_path, capsys):
 @pytest.mark.parametrize(
     "policy",
     [["hg_dagger.rounds=5", "hg_dagger.updates_per_episode=400"],
-     ["policy=pi0", "policy.horizon=4", "hg_dagger.rounds=4", "hg_dagger.updates_per_episode=100"]],
+     ["policy=pi0", "policy.horizon=4", "hg_dagger.rounds=3", "hg_dagger.updates_per_episode=100"]],
     ids=["mlp", "pi0-chunks"],
 )  # fmt: skip
 def test_hg_dagger_improves_the_policy_and_needs_the_supervisor_less(tmp_path, capsys, policy):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from side_envs import wait_for_side_envs
 
 from rlinf_user.data import lerobot_format as fmt
 from rlinf_user.data.lerobot_reader import LeRobotReader
@@ -22,9 +23,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PKGS = ROOT / ".lerobot-pkgs"
 ORACLE = ROOT / "tests" / "oracles" / "lerobot_load.py"
 
-pytestmark = pytest.mark.skipif(
-    not (PKGS / "lerobot").is_dir(), reason="LeRobot oracle not installed (bash scripts/install_lerobot_env.sh)"
-)
+pytestmark = pytest.mark.side_env
+
+
+@pytest.fixture(autouse=True)
+def _lerobot_installed():
+    wait_for_side_envs()
+    if not (PKGS / "lerobot").is_dir():
+        pytest.skip("LeRobot oracle not installed (bash scripts/install_lerobot_env.sh)")
 
 
 def load_with_lerobot(root: Path, tmp_path: Path) -> tuple[dict, dict[str, np.ndarray]]:

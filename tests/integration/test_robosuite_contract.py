@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from side_envs import wait_for_side_envs
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKS = Path(__file__).with_name("robosuite_checks.py")
@@ -29,7 +30,9 @@ def _python() -> str | None:
     return None
 
 
+@pytest.mark.side_env
 def test_robosuite_contract() -> None:
+    wait_for_side_envs()
     python = _python()
     if python is None:
         pytest.skip(
