@@ -77,6 +77,8 @@ VARIANTS: dict[str, list[str]] = {
     # IQL offline on the demonstrations (its own losses, algo.offline_updates), then online
     # with half of every batch from them; one update per env step as the recipe
     "iql": ["algo=iql", "demos={demos}", "algo.paced=true"],
+    # ... its actor extracted online by DDPG+BC from the same in-sample critics
+    "iql_ddpg_bc": ["algo=iql", "demos={demos}", "algo.paced=true", "algo.extraction=ddpg_bc"],
 }
 
 

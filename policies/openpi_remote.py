@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -118,6 +118,13 @@ def _lookup(obs: Mapping[str, Any], path: str, i: int) -> Any:
     raise KeyError(f"policy.request value {path!r}: use state, instruction or images.<camera>")
 
 
+#: the request of openpi's DROID/LIBERO-style examples (two cameras, the state, the prompt)
+DEFAULT_REQUEST = {
+    "observation/image": "images.front", "observation/wrist_image": "images.wrist",
+    "observation/state": "state", "prompt": "instruction",
+}  # fmt: skip
+
+
 @dataclass
 class OpenpiRemotePolicyConfig:
     """``policy=openpi_remote``: an openpi policy server (serve_policy.py) answers."""
@@ -126,11 +133,10 @@ class OpenpiRemotePolicyConfig:
     server: str | None = None  # ws://<host>:<port>
     api_key: str | None = None
     horizon: int | None = None  # actions of each answered chunk executed (None: all)
-    # openpi request key -> state | instruction | images.<camera>
-    request: dict[str, str] | None = field(default_factory=lambda: {
-        "observation/image": "images.front", "observation/wrist_image": "images.wrist",
-        "observation/state": "state", "prompt": "instruction",
-    })  # fmt: skip
+    # openpi request key -> state | instruction | images.<camera>; None: DEFAULT_REQUEST. A
+    # mapping given on the command line replaces the default whole (a default mapping here
+    # would be merged with it, keeping keys for cameras the env may not have)
+    request: Any = None
 
 
 class OpenpiRemotePolicy(Policy):
@@ -154,7 +160,7 @@ class OpenpiRemotePolicy(Policy):
         uri = str(policy_cfg.get("server") or "")
         if not uri:
             raise ValueError("policy=openpi_remote needs policy.server=ws://<host>:<port> (openpi's serve_policy.py)")
-        request = dict(policy_cfg.get("request") or {})
+        request = dict(policy_cfg.get("request") or DEFAULT_REQUEST)
         return cls(spec, uri if uri.startswith("ws") else f"ws://{uri}", request, policy_cfg.get("api_key"), policy_cfg.get("horizon"))
 
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:

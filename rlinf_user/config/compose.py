@@ -104,6 +104,9 @@ def _apply_tuning(cfg: DictConfig, overrides: Sequence[str]) -> None:
 
 def _explain(err: Exception) -> str:
     msg = str(err).strip().split("\nConfig search path:")[0].strip()
+    root = err
+    while root.__cause__ is not None:
+        root = root.__cause__
     if "Could not find" in msg and "'robot/" in msg:
         return f"unknown robot: {msg}"
     if "Could not find" in msg and "'sim/" in msg:
@@ -113,10 +116,12 @@ def _explain(err: Exception) -> str:
     if "Could not find" in msg and "'policy/" in msg:
         return f"unknown policy: {msg}"
     unknown = re.match(r"Could not override '(algo|policy)\.([^']+)'", msg)
-    if unknown:
+    if unknown and re.match(r"Key '[^']+' not in '\w+'", str(root)):
         group, key = unknown.groups()
         return (f"{group}.{key}: not a key of the chosen {group} (each {group} declares its own keys: "
                 f"configs/{group}/<name>.yaml names the class that holds them)")
+    if root is not err and "Could not override" in msg:
+        return f"{msg.splitlines()[0]} {str(root).splitlines()[0]}"
     return msg
 
 

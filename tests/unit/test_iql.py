@@ -89,3 +89,32 @@ def test_iql_checks_its_config_and_its_demonstrations():
         validate(compose_config(["algo=iql", "demos=d", "algo.expectile=0.3"], sim="reach"))
     with pytest.raises(ConfigError, match="log-probability of the data's actions|needs a policy"):
         validate(compose_config(["algo=iql", "demos=d", "policy=flow"], sim="reach"))
+
+
+def test_ddpg_bc_extraction_climbs_the_critics_past_the_data_and_awr_rules_the_warm_start():
+    """The same data as above: extracted by the critics' action-gradient (bc_weight small),
+    the actor goes past the best action it saw (+0.5); in the warm start (the offline phase)
+    it is still AWR, which stays within the data's actions."""
+
+    def batches(n):
+        for _ in range(n):
+            a = torch.zeros(128, 7)
+            a[:, 0] = 0.5 * torch.where(torch.arange(128) % 2 == 0, 1.0, -1.0)
+            yield _batch(action=a)
+
+    def mean_action(agent):
+        obs = {Col.STATE: torch.randn(256, 5), Col.IMAGES: {}}
+        return agent.policy.act(obs, deterministic=True).actions[:, 0, 0].mean().item()
+
+    lrs = ["algo.critic_lr=1e-3", "algo.actor_lr=1e-3", "algo.value_lr=1e-3", "algo.extraction=ddpg_bc"]
+    torch.manual_seed(0)
+    online = _iql(*lrs, "algo.bc_weight=0.05")
+    for b in batches(600):
+        online.update(b)
+    assert mean_action(online) > 0.7
+    torch.manual_seed(0)
+    offline = _iql(*lrs, "algo.bc_weight=0.05")
+    offline.warm_start(batches(600))
+    assert 0.3 < mean_action(offline) < 0.65
+    with pytest.raises(ConfigError, match="extraction"):
+        validate(compose_config(["algo=iql", "demos=d", "algo.extraction=max"], sim="reach"))

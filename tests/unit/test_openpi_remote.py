@@ -113,3 +113,16 @@ def test_server_errors_and_bad_replies_are_reported(server):
     with pytest.raises(ValueError, match="needs policy.server"):
         build_policy(compose_config(["policy=openpi_remote"]).policy, SPEC)
     assert torch.is_tensor(remote(url).act(obs(1)).actions)
+
+
+def test_a_request_mapping_given_replaces_the_default_whole():
+    """The default asks for a front and a wrist camera; a mapping on the command line (an env
+    with one camera) must not keep the default's wrist key."""
+    from rlinf_user.policies.openpi_remote import DEFAULT_REQUEST
+
+    given = "policy.request={observation/image: images.base_camera, observation/state: state, prompt: instruction}"
+    cfg = compose_config(["policy=openpi_remote", "policy.server=ws://gpu-box:8000", given], sim="maniskill")
+    assert dict(cfg.policy.request) == {"observation/image": "images.base_camera", "observation/state": "state",
+                                        "prompt": "instruction"}  # fmt: skip
+    default = compose_config(["policy=openpi_remote"], sim="maniskill").policy
+    assert default.request is None and "observation/wrist_image" in DEFAULT_REQUEST
