@@ -75,7 +75,7 @@ TASKS = {
 }  # fmt: skip
 
 
-def run_seed(task: dict, seed: int, rounds: int, work: Path) -> dict:
+def run_seed(task: dict, seed: int, rounds: int, work: Path, name: str | None = None) -> dict:
     from rlinf_user.cli.main import main
 
     argv = ["hg-dagger", *task["argv"], "hg_dagger.synthetic_human=true", f"hg_dagger.rounds={rounds}",
@@ -85,7 +85,7 @@ def run_seed(task: dict, seed: int, rounds: int, work: Path) -> dict:
     if rc != 0:
         raise SystemExit(f"seed {seed}: hg-dagger exited {rc}")
     summary = json.loads((work / f"s{seed}" / "hg_dagger.json").read_text())
-    shutil.copy(work / f"s{seed}" / "episodes.csv", RESULTS / f"{task['name']}_s{seed}_episodes.csv")
+    shutil.copy(work / f"s{seed}" / "episodes.csv", RESULTS / f"{name or task['name']}_s{seed}_episodes.csv")
     return {"seed": seed, "wall_s": round(time.time() - t0, 1), **summary}
 
 
@@ -118,11 +118,12 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--task", choices=sorted(TASKS), default="pick")
+    ap.add_argument("--name", default=None, help="results file name (default: the task's), e.g. for a one-seed recheck")
     args = ap.parse_args()
     task = TASKS[args.task]
     RESULTS.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-hg-dagger-"))
-    runs = [run_seed(task, s, args.rounds, work) for s in args.seeds]
+    runs = [run_seed(task, s, args.rounds, work, args.name) for s in args.seeds]
     last2 = [row for r in runs for row in r["rounds"][-2:]]
     out = {
         "task": task["task"],
@@ -137,8 +138,9 @@ def main() -> None:
         },
         "date": time.strftime("%Y-%m-%d"),
     }
-    (RESULTS / f"{task['name']}.json").write_text(json.dumps(out, indent=2, default=str))
-    plot(runs, RESULTS / f"{task['name']}_curve.png", task)
+    name = args.name or task["name"]
+    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2, default=str))
+    plot(runs, RESULTS / f"{name}_curve.png", task)
     keys = ("demos_only_autonomous_success", "first_round_intervention_rate", "mean_last_two_rounds")
     print(json.dumps({k: out[k] for k in keys}, indent=2))
     shutil.rmtree(work, ignore_errors=True)
