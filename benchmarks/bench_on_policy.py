@@ -132,7 +132,7 @@ def main() -> None:
         "median_env_steps_to_target": float(np.median([r["env_steps_to_target"] for r in reached])) if reached else None,
         "median_wall_minutes_to_target": float(np.median([r["wall_minutes_to_target"] for r in reached])) if reached else None,
         "median_env_steps_per_s": float(np.median([r["env_steps_per_s"] for r in runs])),
-        "eval": f"{args.eval_episodes} episodes per evaluation, reset seeds 10000+ (training resets use others)",
+        "eval": f"{args.eval_episodes} episodes per evaluation, the validation reset seeds (10^9 + k; training resets use others)",
         "runs": runs, "machine": describe(),
     }  # fmt: skip
     text = json.dumps(result, indent=2)

@@ -11,6 +11,10 @@ import pytest
 pytest.importorskip("franky")
 pytest.importorskip("franky_sim")
 
+# franky-sim paced by its control loop in real time, and keyboard sessions replayed in real
+# time: these wait on the robot, so they run in the wallclock lane beside the CPU-bound tests
+pytestmark = pytest.mark.wallclock
+
 from edge_helpers import EdgeProcess, free_ports  # noqa: E402
 
 from rlinf_user.cli.main import main  # noqa: E402
