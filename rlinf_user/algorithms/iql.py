@@ -7,7 +7,11 @@ the data holds, so Q-learning never asks the critic about an action nobody took:
 * critics: ``Q_i(s, a) -> r + gamma^k V(s_{t+k})`` (the buffer's n-step return and
   discount, 0 after a terminal state), Polyak-averaged targets;
 * actor: advantage-weighted regression onto the batch's own actions,
-  ``-exp(beta * (Q'(s, a) - V(s))) log pi(a | s)``, the weight capped at ``max_weight``.
+  ``exp(beta * A / std(A)) * fit(a | s)`` with ``A = Q'(s, a) - V(s)``, the weight capped at
+  ``max_weight``; ``fit`` is the policy's regression loss toward the action (the
+  ``WeightedRegression`` capability: squared error of the deterministic action, the std by
+  its own likelihood around it). ``extraction=ddpg_bc`` instead follows the critics'
+  action-gradient online, held near the data by ``bc_weight`` x ``fit`` (Park et al. 2024).
 
 Offline to online: the warm start (``offline_updates``) runs these same losses on the
 demonstrations alone before the first env step, so the first policy that acts is IQL's
