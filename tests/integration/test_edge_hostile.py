@@ -56,6 +56,7 @@ def test_telemetry_flood_never_stalls_the_control_loop_or_the_controller(edge):
     c = _client(edge.port)
     c.hello()
     c.reset(seed=0)
+    window0 = time.monotonic()  # the daemon's counters below cover no more than [window0, window]
     before = c.telemetry()
     flooder = _flood(edge.port, 6.0)
     lat, t0 = [], time.monotonic()
@@ -67,11 +68,14 @@ def test_telemetry_flood_never_stalls_the_control_loop_or_the_controller(edge):
     elapsed = time.monotonic() - t0
     assert c.request("ping").kind == "pong"
     t = c.telemetry()
+    window = time.monotonic() - window0
     assert sent > 10_000, f"the flood was too weak to test anything ({sent} requests)"
-    # the daemon read at most its budget of the shared socket (500/s, a burst of 1,000): the
-    # rest of the flood waited in libzmq and the kernel; of what it read, most went unanswered
+    # the daemon read at most its budget of the shared socket (500/s, a burst of 1,000) between
+    # the two telemetry snapshots (queued flood messages are still read after the flooder exits,
+    # so the bound spans both snapshots, not only the flood): the rest of the flood waited in
+    # libzmq and the kernel; of what it read, most went unanswered
     d = t["daemon"]
-    assert d["public_read"] - before["daemon"]["public_read"] <= 500 * elapsed + 1000 < sent // 2, (d, sent)
+    assert d["public_read"] - before["daemon"]["public_read"] <= 500 * window + 1000 < sent // 2, (d, sent)
     assert d["rate_limited"] > 0.5 * (d["public_read"] - before["daemon"]["public_read"]), d
     # Liveness, not timing (bench_edge.py --flood measures the timing): the loop ticked and
     # answered the controller all along (before the fix it stopped for good within seconds).
