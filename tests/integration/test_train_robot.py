@@ -32,10 +32,13 @@ HZ = 10.0
 
 @pytest.mark.slow
 @pytest.mark.wallclock
-@pytest.mark.timeout(2700)  # about 4 steps/s through the link: 6000 steps and evaluations, ~30 min when slow
-# The direct link is the committed benchmark (bench_robot_training.py, 3 seeds); CI runs the
-# harder case, the same path through an emulated link.
-@pytest.mark.parametrize("link", ["{delay_ms: 50, jitter_ms: 5, mbit: 20}"], ids=["50ms-20mbit"])
+@pytest.mark.timeout(2700)  # about 6 steps/s: 6000 steps and evaluations, ~20 min when slow
+# The direct link and a link whose round trip spans the whole period (50 ms each way) are the
+# committed benchmarks (bench_robot_training.py); CI runs the same path through an emulated
+# lab network (20 ms each way, jitter, a 20 Mbit/s bottleneck): the link's code is exercised,
+# and the commands still land within the 100 ms period, so the run takes the direct link's
+# 5 minutes, not the slow link's 13
+@pytest.mark.parametrize("link", ["{delay_ms: 20, jitter_ms: 5, mbit: 20}"], ids=["20ms-20mbit"])
 def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path, link):
     import ray
 
