@@ -79,6 +79,16 @@ VARIANTS: dict[str, list[str]] = {
     "iql": ["algo=iql", "demos={demos}", "algo.paced=true"],
     # ... its actor extracted online by DDPG+BC from the same in-sample critics
     "iql_ddpg_bc": ["algo=iql", "demos={demos}", "algo.paced=true", "algo.extraction=ddpg_bc"],
+    # ... its regression term on the demonstrated rows only (as the recipe's TD3+BC), or on
+    # every row by its advantage weight
+    "iql_bc_demos": ["algo=iql", "demos={demos}", "algo.paced=true", "algo.extraction=ddpg_bc",
+                     "algo.bc_rows=demos"],  # fmt: skip
+    "iql_bc_weighted": ["algo=iql", "demos={demos}", "algo.paced=true", "algo.extraction=ddpg_bc",
+                        "algo.bc_rows=weighted"],  # fmt: skip
+    # ... on the demonstrated rows, AWR for the first 2,500 online updates (the critics learn
+    # the policy's own actions before their action-gradient moves it)
+    "iql_bc_demos_warm": ["algo=iql", "demos={demos}", "algo.paced=true", "algo.extraction=ddpg_bc",
+                          "algo.bc_rows=demos", "algo.ddpg_bc_warmup_updates=2500"],  # fmt: skip
 }
 
 

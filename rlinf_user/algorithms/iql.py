@@ -11,7 +11,8 @@ the data holds, so Q-learning never asks the critic about an action nobody took:
   ``max_weight``; ``fit`` is the policy's regression loss toward the action (the
   ``WeightedRegression`` capability: squared error of the deterministic action, the std by
   its own likelihood around it). ``extraction=ddpg_bc`` instead follows the critics'
-  action-gradient online, held near the data by ``bc_weight`` x ``fit`` (Park et al. 2024).
+  action-gradient online, held near the data by ``bc_weight`` x ``fit`` (Park et al. 2024)
+  over the rows ``bc_rows`` names, after ``ddpg_bc_warmup_updates`` online updates of AWR.
 
 Offline to online: the warm start (``offline_updates``) runs these same losses on the
 demonstrations alone before the first env step, so the first policy that acts is IQL's
@@ -61,6 +62,13 @@ class IQLConfig:
     # took the offline policy from 50% to 2-12% of the pick's validation positions)
     extraction: str = "awr"
     bc_weight: float = 1.0
+    # ddpg_bc: which rows the regression term pulls toward: "all" (every row, Park et al.),
+    # "demos" (the demonstrated rows only, as the RLPD recipe's TD3+BC term: the policy's own
+    # past actions do not hold it back) or "weighted" (every row, by its advantage weight)
+    bc_rows: str = "all"
+    # ddpg_bc: online updates that still extract by AWR first, while the critics learn the
+    # worth of the policy's own actions (their action-gradient is only trusted after)
+    ddpg_bc_warmup_updates: int = 0
     num_critics: int = 2
     critic_layer_norm: bool = True
     demo_ratio: float = 0.5  # online: share of every batch from the demonstrations
@@ -96,10 +104,14 @@ class IQL(Algorithm):
         out = super().problems(algo_cfg, policy_cfg, spec)
         if str(algo_cfg.extraction) not in ("awr", "ddpg_bc"):
             out.append(f"algo.extraction={algo_cfg.extraction}: awr or ddpg_bc")
+        if str(algo_cfg.bc_rows) not in ("all", "demos", "weighted"):
+            out.append(f"algo.bc_rows={algo_cfg.bc_rows}: all, demos or weighted")
         if not 0.5 <= float(algo_cfg.expectile) < 1.0:
             out.append(f"algo.expectile={algo_cfg.expectile}: between 0.5 (the mean) and 1")
         if int(algo_cfg.n_step) < 1 or float(algo_cfg.beta) <= 0:
             out.append("algo.n_step must be >= 1 and algo.beta > 0")
+        if int(algo_cfg.ddpg_bc_warmup_updates) < 0:
+            out.append(f"algo.ddpg_bc_warmup_updates={algo_cfg.ddpg_bc_warmup_updates}: a count of updates, >= 0")
         return out
 
     @classmethod
@@ -170,13 +182,13 @@ class IQL(Algorithm):
             scale = adv.std().clamp_min(1e-6) if cfg.normalize_advantage else 1.0
             w = torch.exp(cfg.beta * adv / scale).clamp(max=cfg.max_weight)
         fit = self.policy.fit_features(feats.detach(), action)
-        if cfg.extraction == "ddpg_bc" and not self.offline:
+        if cfg.extraction == "ddpg_bc" and not self.offline and self.num_updates >= cfg.ddpg_bc_warmup_updates:
             # DDPG+BC extraction from IQL's critics (Park et al. 2024): the actor climbs the
             # critics' action-gradient, Q over its batch mean magnitude, held near the data by
             # the regression term
             pi, _ = self.policy.sample_features(feats.detach())
             q_pi = self.critic(feats.detach(), pi).mean(dim=0)
-            actor_loss = -(q_pi / q_pi.abs().mean().detach().clamp_min(1e-3)).mean() + cfg.bc_weight * fit.mean()
+            actor_loss = -(q_pi / q_pi.abs().mean().detach().clamp_min(1e-3)).mean() + cfg.bc_weight * self._bc(fit, w, batch)
         else:
             actor_loss = (w * fit).mean()
         self.actor_opt.zero_grad(set_to_none=True)
@@ -191,6 +203,16 @@ class IQL(Algorithm):
             "actor_loss": actor_loss.item(), "q_mean": q.mean().item(), "v_mean": v.mean().item(),
             "advantage_mean": adv.mean().item(), "weight_max": w.max().item(),
         }  # fmt: skip
+
+    def _bc(self, fit: torch.Tensor, w: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        """The regression term of DDPG+BC over the rows ``bc_rows`` names."""
+        if self.cfg.bc_rows == "weighted":
+            return (w * fit).mean()
+        if self.cfg.bc_rows == "demos":
+            demo = batch.get(Col.FROM_DEMOS)
+            rows = demo > 0 if demo is not None else None
+            return fit[rows].mean() if rows is not None and bool(rows.any()) else fit.sum() * 0.0
+        return fit.mean()
 
     def checkpoint_state(self) -> dict[str, Any]:
         return {

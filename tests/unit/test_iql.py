@@ -118,3 +118,48 @@ def test_ddpg_bc_extraction_climbs_the_critics_past_the_data_and_awr_rules_the_w
     assert 0.3 < mean_action(offline) < 0.65
     with pytest.raises(ConfigError, match="extraction"):
         validate(compose_config(["algo=iql", "demos=d", "algo.extraction=max"], sim="reach"))
+
+
+@pytest.mark.parametrize(("rows", "low", "high"), [("demos", 0.35, 0.65), ("all", -0.2, 0.2)])
+def test_ddpg_bc_regression_pulls_toward_the_rows_bc_rows_names(rows, low, high):
+    """Every action is worth the same (reward 1, the episode ends): the critics give no
+    direction, so the regression term alone places the actor. The demonstrated rows did
+    action[0] = +0.5, the policy's own rows -0.5: with ``bc_rows=demos`` the actor takes the
+    demonstrations' action, with ``all`` it sits between the two."""
+    torch.manual_seed(0)
+    agent = _iql("algo.critic_lr=1e-3", "algo.actor_lr=1e-3", "algo.value_lr=1e-3", "algo.extraction=ddpg_bc",
+                 f"algo.bc_rows={rows}")  # fmt: skip
+    demo = (torch.arange(128) % 2 == 0).float()
+    for _ in range(600):
+        a = torch.zeros(128, 7)
+        a[:, 0] = torch.where(demo > 0, 0.5, -0.5)
+        agent.update({**_batch(action=a, reward=torch.ones(128)), Col.FROM_DEMOS: demo})
+    out = agent.policy.act({Col.STATE: torch.randn(256, 5), Col.IMAGES: {}}, deterministic=True).actions[:, 0, 0]
+    assert low < out.mean().item() < high, out.mean()
+    with pytest.raises(ConfigError, match="bc_rows"):
+        validate(compose_config(["algo=iql", "demos=d", "algo.bc_rows=some"], sim="reach"))
+
+
+def test_ddpg_bc_extracts_by_awr_for_its_online_warmup_updates():
+    """``ddpg_bc_warmup_updates``: the first online updates still weight the data's actions
+    (the actor stays at the best action seen, +0.5), while the critics learn the policy's own
+    actions; after them the critics' action-gradient takes it past the data."""
+    torch.manual_seed(0)
+    agent = _iql("algo.critic_lr=1e-3", "algo.actor_lr=1e-3", "algo.value_lr=1e-3", "algo.extraction=ddpg_bc",
+                 "algo.bc_weight=0.05", "algo.ddpg_bc_warmup_updates=600")  # fmt: skip
+
+    def step():
+        a = torch.zeros(128, 7)
+        a[:, 0] = 0.5 * torch.where(torch.arange(128) % 2 == 0, 1.0, -1.0)
+        agent.update(_batch(action=a))
+
+    def mean_action():
+        obs = {Col.STATE: torch.randn(256, 5), Col.IMAGES: {}}
+        return agent.policy.act(obs, deterministic=True).actions[:, 0, 0].mean().item()
+
+    for _ in range(600):
+        step()
+    assert 0.3 < mean_action() < 0.65
+    for _ in range(600):
+        step()
+    assert mean_action() > 0.7
