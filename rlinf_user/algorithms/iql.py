@@ -110,6 +110,9 @@ class IQL(Algorithm):
             out.append(f"algo.expectile={algo_cfg.expectile}: between 0.5 (the mean) and 1")
         if int(algo_cfg.n_step) < 1 or float(algo_cfg.beta) <= 0:
             out.append("algo.n_step must be >= 1 and algo.beta > 0")
+        if str(algo_cfg.bc_rows) == "demos" and float(algo_cfg.demo_ratio) <= 0:
+            out.append("algo.bc_rows=demos pulls toward the demonstrated rows of each batch: "
+                       "give algo.demo_ratio > 0 (and demos=<dataset>)")  # fmt: skip
         if int(algo_cfg.ddpg_bc_warmup_updates) < 0:
             out.append(f"algo.ddpg_bc_warmup_updates={algo_cfg.ddpg_bc_warmup_updates}: a count of updates, >= 0")
         return out

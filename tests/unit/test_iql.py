@@ -138,6 +138,8 @@ def test_ddpg_bc_regression_pulls_toward_the_rows_bc_rows_names(rows, low, high)
     assert low < out.mean().item() < high, out.mean()
     with pytest.raises(ConfigError, match="bc_rows"):
         validate(compose_config(["algo=iql", "demos=d", "algo.bc_rows=some"], sim="reach"))
+    with pytest.raises(ConfigError, match="demo_ratio"):
+        validate(compose_config(["algo=iql", "demos=d", "algo.bc_rows=demos", "algo.demo_ratio=0"], sim="reach"))
 
 
 def test_ddpg_bc_extracts_by_awr_for_its_online_warmup_updates():
