@@ -108,62 +108,101 @@ def evaluate_policy(
     env, policy, episodes: int, video_episodes: int = 0, seed: int | None = None, adapter=None, split: str = "test"
 ) -> dict[str, Any]:
     """Episodes from the held-out ``split``'s seeds (``seed``: from that seed on instead).
-    ``adapter`` (:class:`rlinf_user.runtime.rollout.fleet.Adapter`): the policy was trained on a
+    ``env``: one env, or a list of envs of one kind that run episodes side by side in
+    lockstep, one batched policy call per step for all of them (episode k still resets
+    with seed + k, on whichever env is free: the result is the same episodes'). ``adapter``
+    (:class:`rlinf_user.runtime.rollout.fleet.Adapter`): the policy was trained on a
     fleet's union spec; it maps this env's observations in and actions out.
 
     When episode 1 starts where episode 0 did, one more seed is tried; if it too resets to
     that state the reset is deterministic and the evaluation stops at one trial
     (``deterministic_reset``) rather than repeat one trajectory ``episodes`` times."""
-    spec = adapter.fleet if adapter is not None else EnvSpec.of_env(env)
+    envs = list(env) if isinstance(env, (list, tuple)) else [env]
+    spec = adapter.fleet if adapter is not None else EnvSpec.of_env(envs[0])
     seed = episode_seed(split) if seed is None else int(seed)
-    results, frames, keys = [], [], []
-    deterministic = False
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=seed + ep)
-        key = initial_state_key(obs)
-        if ep == 1 and key == keys[0]:
-            probe, _ = env.reset(seed=seed + episodes + 1)  # a seed no episode uses
-            if initial_state_key(probe) == key:
-                deterministic = True
-                log.info("the env's reset is deterministic (3 seeds, one initial state): evaluated once")
-                break
-            obs, _ = env.reset(seed=seed + ep)
-        keys.append(key)
-        ret, steps, done, info = 0.0, 0, False, {}
-        chunk: list[np.ndarray] = []
-        while not done:
+    slots = _Slots(envs, seed, episodes)
+    results: dict[int, dict[str, Any]] = {}
+    frames: dict[int, list[np.ndarray]] = {}
+    for i in range(len(envs)):
+        slots.start(i)
+    while slots.active:
+        need = [i for i in slots.active if not slots.chunk[i]]
+        if need:  # a policy's chunk of H actions runs out before it is asked again
+            batch = stack_obs([slots.obs[i] for i in need])
+            if adapter is not None:
+                batch = adapter.obs(batch)
+            actions = policy.act(obs_to_torch(batch), deterministic=True).actions.float().numpy()
+            for i, a in zip(need, actions):
+                slots.chunk[i] = list(a)
+        for i in list(slots.active):
+            ep = slots.episode[i]
             if ep < video_episodes:
-                f = frame_of(env, obs)
+                f = frame_of(envs[i], slots.obs[i])
                 if f is not None:
-                    frames.append(f)
-            if not chunk:  # a policy's chunk of H actions runs out before it is asked again
-                batch = stack_obs([obs])
-                if adapter is not None:
-                    batch = adapter.obs(batch)
-                chunk = list(policy.act(obs_to_torch(batch), deterministic=True).actions[0].float().numpy())
-            action = spec.expand_action(chunk.pop(0))
-            obs, r, te, tr, info = env.step(adapter.env_action(action) if adapter is not None else action)
-            ret += r
-            steps += 1
-            done = te or tr
-        results.append(
-            {"episode": ep, "seed": seed + ep, "return": ret, "length": steps, "success": bool(info["success"]), "initial_state": key}
-        )
-    wins = sum(r["success"] for r in results)
+                    frames.setdefault(ep, []).append(f)
+            action = spec.expand_action(slots.chunk[i].pop(0))
+            obs, r, te, tr, info = envs[i].step(adapter.env_action(action) if adapter is not None else action)
+            slots.obs[i] = obs
+            slots.ret[i] += r
+            slots.steps[i] += 1
+            if te or tr:
+                results[ep] = {"episode": ep, "seed": seed + ep, "return": slots.ret[i], "length": slots.steps[i],
+                               "success": bool(info["success"]), "initial_state": slots.keys[ep]}  # fmt: skip
+                slots.start(i)
+    done = [results[ep] for ep in sorted(results)]
+    keys = [r["initial_state"] for r in done]
+    wins = sum(r["success"] for r in done)
     return {
-        "episodes": len(results),
+        "episodes": len(done),
         "successes": int(wins),
-        "success_rate": float(wins / len(results)) if results else 0.0,
-        "success_ci95": list(wilson(wins, len(results))),
+        "success_rate": float(wins / len(done)) if done else 0.0,
+        "success_ci95": list(wilson(wins, len(done))),
         "distinct_initial_states": len(set(keys)),
-        "deterministic_reset": deterministic,
-        "mean_return": float(np.mean([r["return"] for r in results])),
-        "mean_length": float(np.mean([r["length"] for r in results])),
+        "deterministic_reset": slots.deterministic,
+        "mean_return": float(np.mean([r["return"] for r in done])),
+        "mean_length": float(np.mean([r["length"] for r in done])),
         "split": split,
         "first_seed": seed,
-        "per_episode": results,
-        "frames": frames,
+        "per_episode": done,
+        "frames": [f for ep in sorted(frames) for f in frames[ep]],
     }
+
+
+class _Slots:
+    """Which episode each env runs: the next one in order whenever an env is free."""
+
+    def __init__(self, envs: list, seed: int, episodes: int):
+        self.envs, self.seed, self.episodes = envs, seed, episodes
+        self.next_episode, self.deterministic = 0, False
+        self.active: list[int] = []
+        self.keys: dict[int, str] = {}
+        n = len(envs)
+        self.obs: list[Any] = [None] * n
+        self.episode, self.steps = [0] * n, [0] * n
+        self.ret = [0.0] * n
+        self.chunk: list[list[np.ndarray]] = [[] for _ in range(n)]
+
+    def start(self, i: int) -> None:
+        """Env ``i`` resets for the next episode, or goes idle when none is left."""
+        if i in self.active:
+            self.active.remove(i)
+        ep = self.next_episode
+        if ep >= self.episodes or self.deterministic:
+            return
+        env = self.envs[i]
+        obs, _ = env.reset(seed=self.seed + ep)
+        key = initial_state_key(obs)
+        if ep == 1 and key == self.keys[0]:
+            probe, _ = env.reset(seed=self.seed + self.episodes + 1)  # a seed no episode uses
+            if initial_state_key(probe) == key:
+                self.deterministic = True
+                log.info("the env's reset is deterministic (3 seeds, one initial state): evaluated once")
+                return
+            obs, _ = env.reset(seed=self.seed + ep)
+        self.next_episode += 1
+        self.keys[ep] = key
+        self.obs[i], self.episode[i], self.steps[i], self.ret[i], self.chunk[i] = obs, ep, 0, 0.0, []
+        self.active.append(i)
 
 
 def write_video(frames: list[np.ndarray], path: Path, fps: float) -> bool:

@@ -10,6 +10,14 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 
+def pytest_configure(config):
+    # every Ray node a test starts (ray.init, cluster_utils) gives its dashboard agent a free
+    # port: the other lane's Ray would otherwise hold the fixed one and cost each start 3.4 s
+    from rlinf_user.runtime.orchestration.placement import agent_on_any_free_port
+
+    agent_on_any_free_port()
+
+
 def pytest_collection_modifyitems(config, items):
     try:
         import torch

@@ -10,11 +10,9 @@ from rich.table import Table
 def run_eval(args, console) -> int:
     from omegaconf import OmegaConf
 
-    from rlinf_user.env.registry import make_env
     from rlinf_user.env.spec import EnvSpec
     from rlinf_user.evaluation import evaluate_policy, load_policy_from_checkpoint
     from rlinf_user.runtime.learning.learner import latest_checkpoint
-    from rlinf_user.seeds import EVAL_ENV_OFFSET
 
     if getattr(args, "sim", None) or getattr(args, "robot", None):
         return _eval_configured_policy(args, console)
@@ -50,7 +48,8 @@ def run_eval(args, console) -> int:
 
         raise ConfigError(f"--member {name}: this run's fleet members are {', '.join(names)}")
     member = fleet[names.index(name)]
-    env = make_env(member.env, seed=cfg.seed + EVAL_ENV_OFFSET)
+    envs = _envs(member.env, cfg, args.episodes)
+    env = envs[0]
     trained = checkpoint_spec(ckpt) or EnvSpec.of_env(env)
     adapter = Adapter(EnvSpec.of_env(env), trained, member.index)
     policy, version = load_policy_from_checkpoint(ckpt, cfg, trained)
@@ -60,9 +59,10 @@ def run_eval(args, console) -> int:
 
     split = getattr(args, "split", "test") or "test"
     offset = int(getattr(args, "episode_offset", 0) or 0)
-    result = evaluate_policy(env, policy, args.episodes, args.video_episodes, seed=episode_seed(split) + offset,
+    result = evaluate_policy(envs, policy, args.episodes, args.video_episodes, seed=episode_seed(split) + offset,
                              adapter=adapter, split=split)  # fmt: skip
-    env.close()
+    for e in envs:
+        e.close()
     out = Path(args.out) if args.out else run_dir / "eval"
     stem = f"eval-{ckpt.stem}" + (f"-{name}" if len(fleet) > 1 else "")
     result.update(checkpoint=str(ckpt), policy_version=version, member=name)
@@ -75,17 +75,16 @@ def _eval_configured_policy(args, console) -> int:
     import time
 
     from rlinf_user.config.compose import ConfigError, compose_config
-    from rlinf_user.env.registry import make_env
     from rlinf_user.env.spec import EnvSpec
     from rlinf_user.evaluation import evaluate_policy
     from rlinf_user.policies.base import build_policy
-    from rlinf_user.seeds import EVAL_ENV_OFFSET
 
     overrides = ([args.run] if args.run else []) + list(args.overrides)
     if args.run and "=" not in args.run:
         raise ConfigError(f"give either a run ({args.run}) or --sim/--robot with policy=..., not both")
     cfg = compose_config(overrides, sim=args.sim, robot=args.robot)
-    env = make_env(cfg.env, seed=cfg.seed + EVAL_ENV_OFFSET)
+    envs = _envs(cfg.env, cfg, args.episodes)
+    env = envs[0]
     try:
         try:
             policy = build_policy(cfg.policy, EnvSpec.of_env(env))
@@ -94,12 +93,22 @@ def _eval_configured_policy(args, console) -> int:
         policy.eval()
         what = f"policy={cfg.policy.name}" + (f" ({cfg.policy.checkpoint})" if cfg.policy.get("checkpoint") else "")
         console.print(f"evaluating [bold]{what}[/] for {args.episodes} episodes")
-        result = evaluate_policy(env, policy, args.episodes, args.video_episodes, split=getattr(args, "split", "test"))
+        result = evaluate_policy(envs, policy, args.episodes, args.video_episodes, split=getattr(args, "split", "test"))
     finally:
-        env.close()
+        for e in envs:
+            e.close()
     out = Path(args.out) if args.out else Path(cfg.run_root) / f"eval-{cfg.policy.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     result.update(policy=str(cfg.policy.name), checkpoint=cfg.policy.get("checkpoint"), horizon=int(policy.horizon))
     return _report(result, out, "eval", cfg.env.control_hz, args, console, what)
+
+
+def _envs(env_cfg, cfg, episodes: int) -> list:
+    """The env episodes run on, and ``eval_envs - 1`` more beside it (a sim's only)."""
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.seeds import EVAL_ENV_OFFSET
+
+    n = 1 if env_cfg.kind == "robot" else max(1, min(int(cfg.get("eval_envs", 1) or 1), int(episodes)))
+    return [make_env(env_cfg, seed=cfg.seed + EVAL_ENV_OFFSET + i) for i in range(n)]
 
 
 def _report(result, out: Path, stem: str, fps: float, args, console, title: str) -> int:

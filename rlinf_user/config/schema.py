@@ -291,6 +291,10 @@ class RunConfig:
     target_success: float | None = None  # stop early once evaluation reaches it
     eval_every_steps: int = 5_000
     eval_episodes: int = 20  # per evaluation during training, on the validation seeds (best.pt is chosen on them)
+    # evaluation episodes run side by side on this many sim envs, one batched policy call
+    # per step for all of them (a VLA's or a chunk policy's evaluation is bound by its
+    # calls); the same episodes and seeds whatever the number. A robot is one env.
+    eval_envs: int = 1
     # the kept policy (best.pt, else the last) at the end, on the test seeds nothing selects
     # on (None: eval_episodes; 0: none). A robot's reset is physical, so only sims run it.
     test_episodes: int | None = None

@@ -1,6 +1,7 @@
 """Evaluation reports what it measured: a Wilson interval, how many distinct initial
 states it covered, and a deterministic reset as one trial."""
 
+import numpy as np
 import pytest
 
 from rlinf_user import seeds
@@ -63,6 +64,45 @@ def test_a_deterministic_reset_is_one_trial_and_said_so(reach):
     assert result["deterministic_reset"] and result["episodes"] == 1 and result["distinct_initial_states"] == 1
     assert result["success_ci95"] == list(wilson(result["successes"], 1))
     assert "1 trial: the reset is deterministic" in describe_eval(result)
+
+
+def test_episodes_side_by_side_on_several_envs_are_the_same_episodes_in_batched_calls():
+    """eval_envs: episode k still resets with seed + k (on whichever env is free) and its
+    result is the one-env evaluation's; the policy is called once per step for all envs."""
+    cfg = compose_config(["env.max_episode_steps=7"], sim="reach")
+    envs = [make_env(cfg.env, seed=i) for i in range(3)]
+    policy = build_policy(cfg.policy, EnvSpec.of_env(envs[0]))
+    for env in envs:  # a render that shows the step within the episode
+        env.render = lambda env=env: np.full((2, 2, 3), env.t, np.uint8)
+        env.reset = lambda seed=None, options=None, env=env, reset=env.reset: (setattr(env, "t", 0), reset(seed=seed))[1]
+        env.step = lambda a, env=env, step=env.step: (setattr(env, "t", env.t + 1), step(a))[1]
+    one = evaluate_policy(envs[0], policy, 8, video_episodes=2)
+    sizes = []
+    act = policy.act
+    policy.act = lambda obs, **kw: sizes.append(len(obs["state"])) or act(obs, **kw)
+    side = evaluate_policy(envs, policy, 8, video_episodes=2)
+    for a, b in zip(one["per_episode"], side["per_episode"], strict=True):
+        assert (a["seed"], a["initial_state"], a["length"], a["success"]) == (b["seed"], b["initial_state"], b["length"], b["success"])
+        assert a["return"] == pytest.approx(b["return"], rel=1e-5, abs=1e-6)
+    assert side["episodes"] == 8 and side["distinct_initial_states"] == 8
+    assert max(sizes) == 3 and sum(sizes) == 8 * 7  # one call per step for every env, 8 x 7 steps in all
+    assert len(sizes) < 8 * 7 / 2
+    shown = [int(f[0, 0, 0]) for f in side["frames"]]
+    assert shown == [int(f[0, 0, 0]) for f in one["frames"]] == [*range(7), *range(7)]  # the first two episodes, in order
+    reset = envs[1].reset
+    envs[1].reset = lambda seed=None, options=None: reset(seed=0)  # episode 1 starts on env 1
+    envs[0].reset = envs[1].reset
+    det = evaluate_policy(envs, policy, 8)
+    assert det["deterministic_reset"] and det["episodes"] == 1
+    for env in envs:
+        env.close()
+
+
+def test_eval_envs_is_checked():
+    with pytest.raises(ConfigError, match="eval_envs=0"):
+        validate(compose_config(["eval_envs=0"], sim="reach"))
+    with pytest.raises(ConfigError, match="1 on a robot"):
+        validate(compose_config(["eval_envs=4", "env.edge.host=127.0.0.1"], robot="franka"))
 
 
 def test_training_streams_never_reach_the_held_out_seeds():

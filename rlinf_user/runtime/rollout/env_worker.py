@@ -63,6 +63,7 @@ class EnvWorker:
         if supervised:
             n = 1  # a person supervises one env
         self.envs = make_vector_env(env_cfg, n, seed)
+        self.env_cfg, self._eval_envs = env_cfg, []  # evaluation's extra envs, built when first needed
         self.own_spec = EnvSpec.of_env(self.envs)
         self.spec: EnvSpec | None = None
         plan = data_plan(cfg.algo)
@@ -224,8 +225,8 @@ class EnvWorker:
         if not hasattr(self.envs, "envs"):
             raise RuntimeError("evaluation needs a worker built with num_envs=1")
         adapter = self.observer.adapter
-        result = evaluate_policy(self.envs.envs[0], policy, num_episodes, 3 if record_video else 0, adapter=adapter,
-                                 split=split)  # fmt: skip
+        result = evaluate_policy(self._evaluation_envs(num_episodes), policy, num_episodes, 3 if record_video else 0,
+                                 adapter=adapter, split=split)  # fmt: skip
         self.obs = self.envs.reset()
         self.observer.restart()
         self.actor.chunks.clear()
@@ -241,6 +242,15 @@ class EnvWorker:
         if weights_above is not None and out["success_rate"] > weights_above:
             out["policy_state"] = {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()}
         return out
+
+    def _evaluation_envs(self, episodes: int) -> list:
+        """This worker's first env, and ``eval_envs - 1`` more of its kind beside it."""
+        from rlinf_user.env.registry import make_env
+
+        want = max(1, min(int(self.cfg.get("eval_envs", 1)), int(episodes)))
+        while 1 + len(self._eval_envs) < want:
+            self._eval_envs.append(make_env(self.env_cfg, seed=self.seed + 1 + len(self._eval_envs)))
+        return [self.envs.envs[0], *self._eval_envs[: want - 1]]
 
     def set_sink(self, sink) -> None:
         """Where transition chunks go: set after construction for workers that exist before
@@ -261,3 +271,5 @@ class EnvWorker:
             hook.close()
         self.actor.close()
         self.envs.close()
+        for env in self._eval_envs:
+            env.close()
