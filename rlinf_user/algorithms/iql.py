@@ -188,12 +188,11 @@ class IQL(Algorithm):
         if cfg.extraction == "ddpg_bc" and not self.offline and self.num_updates >= cfg.ddpg_bc_warmup_updates:
             # DDPG+BC extraction from IQL's critics (Park et al. 2024): the actor climbs the
             # critics' action-gradient, Q over its batch mean magnitude, held near the data by
-            # the regression term. The magnitude is floored at 1, as in the SAC family's TD3+BC
-            # term: a sparse reward's Q-values near 0 would otherwise amplify the critics'
-            # noise (with a floor of 1e-3 the pick fell from its offline 50% to 0-10% online)
+            # the regression term (a floor of 1 on the magnitude, as the SAC family's TD3+BC
+            # term has, measured no better on the pick: docs/results.md)
             pi, _ = self.policy.sample_features(feats.detach())
             q_pi = self.critic(feats.detach(), pi).mean(dim=0)
-            actor_loss = -(q_pi / q_pi.abs().mean().detach().clamp_min(1.0)).mean() + cfg.bc_weight * self._bc(fit, w, batch)
+            actor_loss = -(q_pi / q_pi.abs().mean().detach().clamp_min(1e-3)).mean() + cfg.bc_weight * self._bc(fit, w, batch)
         else:
             actor_loss = (w * fit).mean()
         self.actor_opt.zero_grad(set_to_none=True)
