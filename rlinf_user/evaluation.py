@@ -104,6 +104,14 @@ def describe_eval(result: dict[str, Any]) -> str:
     return f"{rate:.0%} ({lo:.0%}-{hi:.0%}) over {where}"
 
 
+def eval_env_count(env_cfg, eval_envs, episodes: int) -> int:
+    """How many envs an evaluation runs side by side: ``eval_envs``, no more than its
+    episodes, and one on a robot (one arm runs one episode)."""
+    if str(env_cfg.kind) == "robot":
+        return 1
+    return max(1, min(int(eval_envs or 1), int(episodes)))
+
+
 def evaluate_policy(
     env, policy, episodes: int, video_episodes: int = 0, seed: int | None = None, adapter=None, split: str = "test"
 ) -> dict[str, Any]:

@@ -105,9 +105,10 @@ def _eval_configured_policy(args, console) -> int:
 def _envs(env_cfg, cfg, episodes: int) -> list:
     """The env episodes run on, and ``eval_envs - 1`` more beside it (a sim's only)."""
     from rlinf_user.env.registry import make_env
+    from rlinf_user.evaluation import eval_env_count
     from rlinf_user.seeds import EVAL_ENV_OFFSET
 
-    n = 1 if env_cfg.kind == "robot" else max(1, min(int(cfg.get("eval_envs", 1) or 1), int(episodes)))
+    n = eval_env_count(env_cfg, cfg.get("eval_envs", 1), episodes)
     return [make_env(env_cfg, seed=cfg.seed + EVAL_ENV_OFFSET + i) for i in range(n)]
 
 

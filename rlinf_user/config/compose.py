@@ -223,8 +223,9 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("keep_checkpoints must be >= 0 (0 keeps every checkpoint)")
     if cfg.total_env_steps <= 0:
         raise ConfigError("total_env_steps must be > 0")
-    if int(cfg.get("eval_envs", 1)) < 1 or (int(cfg.get("eval_envs", 1)) > 1 and cfg.env.kind == "robot"):
-        raise ConfigError(f"eval_envs={cfg.get('eval_envs')}: at least 1, and 1 on a robot (one arm runs one episode)")
+    eval_envs = int(cfg.get("eval_envs", 1))
+    if eval_envs < 1 or (eval_envs > 1 and cfg.env.kind == "robot"):
+        raise ConfigError(f"eval_envs={eval_envs}: at least 1, and 1 on a robot (one arm runs one episode)")
     from rlinf_user.env.registry import validate_env_config
 
     if fleet:

@@ -99,6 +99,11 @@ def test_episodes_side_by_side_on_several_envs_are_the_same_episodes_in_batched_
 
 
 def test_eval_envs_is_checked():
+    from rlinf_user.evaluation import eval_env_count
+
+    sim, robot = compose_config([], sim="reach").env, compose_config(["env.edge.host=127.0.0.1"], robot="franka").env
+    assert eval_env_count(sim, 25, 50) == 25 and eval_env_count(sim, 25, 4) == 4 and eval_env_count(sim, None, 9) == 1
+    assert eval_env_count(robot, 25, 50) == 1  # a fleet's robot member too, whatever the run's setting
     with pytest.raises(ConfigError, match="eval_envs=0"):
         validate(compose_config(["eval_envs=0"], sim="reach"))
     with pytest.raises(ConfigError, match="1 on a robot"):

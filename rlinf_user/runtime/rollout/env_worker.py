@@ -246,8 +246,10 @@ class EnvWorker:
     def _evaluation_envs(self, episodes: int) -> list:
         """This worker's first env, and ``eval_envs - 1`` more of its kind beside it."""
         from rlinf_user.env.registry import make_env
+        from rlinf_user.evaluation import eval_env_count
 
-        want = max(1, min(int(self.cfg.get("eval_envs", 1)), int(episodes)))
+        # a fleet member's own env decides: a robot member evaluates on its one arm
+        want = eval_env_count(self.env_cfg, self.cfg.get("eval_envs", 1), episodes)
         while 1 + len(self._eval_envs) < want:
             self._eval_envs.append(make_env(self.env_cfg, seed=self.seed + 1 + len(self._eval_envs)))
         return [self.envs.envs[0], *self._eval_envs[: want - 1]]
