@@ -23,13 +23,17 @@ EVAL_EPISODES = 20  # distinct goals per evaluation, from seeds training never u
 
 @pytest.mark.slow
 def test_sac_learns_reach_on_distinct_goals(tmp_path):
-    """Seed 1 reaches 100% at about 18k env steps (8.4k updates); the budget leaves room."""
+    """3-step returns and a starting temperature of 0.1 (the default is 1.0): seeds 0, 1 and 2
+    reached 95-100% at 8k env steps (3.4k updates; the temperature alone took seed 1 to 10k),
+    where the defaults took seed 1 to 18k (8.4k updates); the budget leaves room."""
     import ray
 
     cfg = compose_config(
         [
             "seed=1",
-            "total_env_steps=30000",
+            "total_env_steps=20000",
+            "algo.n_step=3",
+            "algo.init_temperature=0.1",
             "algo.paced=true",  # the reach sim outruns the learner: hold it to utd_ratio
             "algo.utd_ratio=0.5",
             "algo.batch_size=128",

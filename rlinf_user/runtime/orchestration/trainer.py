@@ -67,7 +67,7 @@ class Trainer(Supervision):
         from rlinf_user.runtime.learning.replay_service import ReplayService, interventions_as_demos, reward_settings
         from rlinf_user.runtime.rollout.env_worker import EnvWorker
         from rlinf_user.runtime.rollout.fleet import members
-        from rlinf_user.runtime.weights.store import WeightStore
+        from rlinf_user.runtime.weights.versions import WeightStore
 
         cfg = self.cfg
         gpu = torch.cuda.is_available()
