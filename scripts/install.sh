@@ -47,8 +47,9 @@ if [ ! -x .venv/bin/python ]; then
   echo "[rlinf-user] creating .venv"
   "$PYTHON" -m venv .venv
 fi
-# -qq: errors only (a pip configured with absent extra indexes warns once per package)
-PIP=(.venv/bin/python -m pip install -qq)
+# uv where it can be had, else pip (scripts/pkg_install.sh); errors only
+source scripts/pkg_install.sh
+PIP=(pkg_install .venv/bin/python -qq)
 torch_version() { .venv/bin/python -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || true; }
 
 installed_torch=$(torch_version)

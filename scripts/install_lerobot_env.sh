@@ -27,6 +27,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
   exit 0
 fi
 rm -rf "$TARGET"
-"$PYTHON" -m pip install -q --no-deps --target "$TARGET" "${PINS[@]}"
+source "$ROOT/scripts/pkg_install.sh"  # uv where it can be had, else pip
+pkg_install "$PYTHON" -q --no-deps --target "$TARGET" "${PINS[@]}"
 printf '%s\n' "${PINS[@]}" >"$STAMP"
 echo "[rlinf-user] LeRobot oracle packages installed in $TARGET"

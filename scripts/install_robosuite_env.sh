@@ -27,8 +27,8 @@ trap 'rm -f "$constraints"' EXIT
 # No torch in this environment, ever: any package that asks for it fails the install.
 echo "torch<0" >"$constraints"
 
-pip=("$VENV/bin/python" -m pip install -qq -c "$constraints")  # errors only
-"${pip[@]}" --upgrade pip
+source "$ROOT/scripts/pkg_install.sh"  # uv where it can be had, else pip
+pip=(pkg_install "$VENV/bin/python" -qq -c "$constraints")  # errors only
 "${pip[@]}" "robosuite==1.5.2" "mujoco==3.8.1" gymnasium omegaconf pytest pytest-timeout
 "${pip[@]}" --no-deps -e "$ROOT"
 
