@@ -496,7 +496,7 @@ def test_a_lost_streamed_tick_is_flagged_and_steps_go_back_to_single_actions(edg
 
 
 def test_an_env_worker_streams_a_chunk_policys_chunks_and_records_what_ran(edge, keys):
-    """The training side end to end: an env worker with a chunk policy (pi0, chunks of 12)
+    """The training side end to end: an env worker with a chunk policy (pi0, chunks of 24)
     on the robot env hands each chunk to the daemon, asks for the next one while the last
     few actions of this one run, and stores the actions the robot ran. The arm is never
     left without a scheduled action (no watchdog hold) and every step is one tick."""
@@ -508,16 +508,17 @@ def test_an_env_worker_streams_a_chunk_policys_chunks_and_records_what_ran(edge,
             "env.task=edge", "env.kwargs={}", "env.max_episode_steps=60", "env.success_bonus=0",
             "env.edge.host=127.0.0.1", f"env.edge.port={edge.port}",
             f"env.edge.server_public_key={keys['edge_public']}", f"env.edge.client_secret_key={keys['client_secret']}",
-            "env.edge.lookahead_s=0.2", "env.edge.blend=0", "policy=pi0", "policy.horizon=12",
+            "env.edge.lookahead_s=0.4", "env.edge.blend=0", "policy=pi0", "policy.horizon=24",
             "algo=bc", "buffer.chunk_steps=1000",
         ],
         robot="franka",
     )  # fmt: skip
     worker = EnvWorker(cfg, worker_id=0, seed=0, num_envs=1)
     try:
-        # 0.2 s at 50 Hz: asked for with 10 of 12 actions left, room for a pi0 call on a loaded
-        # machine (with 6 left, 120 ms, a full test run beside the other lane missed 2 ticks of 39)
-        assert worker.actor.lookahead == 10
+        # 0.4 s at 50 Hz: the next chunk is asked for with 20 of 24 actions left, room for a
+        # pi0 call on a loaded machine (asked for with 120 ms to spare, a full test run beside
+        # the other lane missed 2 ticks of 39)
+        assert worker.actor.lookahead == 20
         worker.rollout(1)  # the first chunk (the arm waited for it since the reset)
         before = telemetry(edge, keys)
         worker.rollout(39)
@@ -529,7 +530,7 @@ def test_an_env_worker_streams_a_chunk_policys_chunks_and_records_what_ran(edge,
     after = telemetry(edge, keys)
     assert len(chunk[Col.REWARD]) == 40
     sent = after["chunks"]["received"] - before["chunks"]["received"]
-    assert 39 / 12 < sent <= 39 / (12 - 10) + 1  # asked for early: more chunks than 39 / 12
+    assert 39 / 24 + 1 < sent <= 39 / (24 - 20) + 1  # asked for early: more chunks than 39 / 24
     assert after["watchdog_holds"] == before["watchdog_holds"]
     ran = after["applied"] - before["applied"]
     assert ran >= 38  # the robot ran an action at every tick
