@@ -43,6 +43,8 @@ def test_bc_warm_start_clones_the_demonstrations_into_the_actor(demos, tmp_path)
     common = ["algo=rlpd", f"demos={root}", f"run_root={tmp_path}", "buffer.persist=false", "seed=0"]
     cold = Learner(compose_config(common, sim="gym_hil"), spec, str(tmp_path / "cold"))
     warm = Learner(compose_config([*common, "algo.bc_warmup_updates=400"], sim="gym_hil"), spec, str(tmp_path / "warm"))
+    assert cold.warm_start_if_due() == 0 and warm.warm_start_if_due() == 400  # the trainer asks, once placed
+    assert warm.warm_start_if_due() == 0  # once
     assert cold.local_replay.demos.size > 40 and warm.warm_start_loss is not None
     before, after = demo_error(cold, root), demo_error(warm, root)
     assert after < 0.1 < before, (before, after)

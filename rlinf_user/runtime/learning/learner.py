@@ -102,14 +102,26 @@ class Learner:
         self.update_time = 0.0
         self.warm_start_loss: float | None = None
         warm = 0 if self.on_policy else self.plan.warm_start_updates
-        if cfg.demos and warm > 0 and not cfg.resume and not recovering:
-            self.warm_start(warm)
+        # run by the trainer once the learner is placed (warm_start_if_due), not here: a long
+        # warm start is not a learner that cannot be placed
+        self._warm_due = warm if cfg.demos and warm > 0 and not cfg.resume and not recovering else 0
         self.dp = None
         replicas = int(cfg.placement.get("learner_replicas", 1) or 1)
         if replicas > 1:  # data-parallel: this is rank 0 (see rlinf_user.runtime.learning.data_parallel)
             from rlinf_user.runtime.learning.data_parallel import DataParallel
 
             self.dp = DataParallel(cfg, self.spec, self.algo, replicas, replica_options or {})
+
+    def started(self) -> bool:
+        """Answers once the constructor has run (the actor was placed and built)."""
+        return True
+
+    def warm_start_if_due(self) -> int:
+        """The warm start a fresh run asks for (none on resume or recovery); its update count."""
+        updates, self._warm_due = self._warm_due, 0
+        if updates:
+            self.warm_start(updates)
+        return updates
 
     def warm_start(self, updates: int) -> float:
         """The algorithm's warm start on the demonstrations before any RL update (behaviour

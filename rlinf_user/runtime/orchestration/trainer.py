@@ -139,12 +139,17 @@ class Trainer(Supervision):
                 self.progress.updates = state["num_updates"]
                 log.info("resumed from %s: %s", ckpt, state)
         try:
-            self.progress.version = ray.get(self.learner.publish.remote(), timeout=START_TIMEOUT_S)
+            ray.get(self.learner.started.remote(), timeout=START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError as err:
             raise RunError(
                 f"the learner did not start within {START_TIMEOUT_S:.0f} s: no node has free "
                 f"{plan.learner.actor_options()} (`ray status` shows what the cluster offers)"
             ) from err
+        if not self.on_policy and self.data_plan.warm_start_updates and cfg.demos and not cfg.resume:
+            log.info("warm start: %d updates on the demonstrations before the first env step",
+                     self.data_plan.warm_start_updates)  # fmt: skip
+        ray.get(self.learner.warm_start_if_due.remote())  # as long as it takes (no start timeout)
+        self.progress.version = ray.get(self.learner.publish.remote())
         self.sink = self.replay if self.replay is not None else self.learner
         self.pool.set_sink(self.sink)
         # A simulator gets its own evaluation worker (member 0's env). A robot is one
