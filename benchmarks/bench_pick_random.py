@@ -42,6 +42,7 @@ RECIPE = ["algo=rlpd", "demos={demos}"]
 SAME_TUNING = ["algo.demo_ratio=0.5", "demos={demos}", "algo.n_step=3", "algo.backup_entropy=false",
                "algo.init_temperature=0.01", "algo.bc_warmup_updates=3000", "algo.critic_warmup_updates=2000",
                "algo.bc_weight=1.0", "algo.learning_starts=0", "algo.paced=true"]  # fmt: skip
+IQL_BASE = ["algo=iql", "demos={demos}", "algo.paced=true", "algo.explore_std=0"]
 VARIANTS: dict[str, list[str]] = {
     "recipe": RECIPE,
     # the recipe without one of its parts
@@ -74,21 +75,23 @@ VARIANTS: dict[str, list[str]] = {
     "demos_supervisor_patient": [*RECIPE, "intervention.enabled=true", "intervention.synthetic_human=true",
                                  "intervention.patience=20"],  # fmt: skip
     "sac": ["algo=sac"],  # from scratch: no demonstrations, no supervisor
-    # IQL offline on the demonstrations (its own losses, algo.offline_updates), then online
-    # with half of every batch from them; one update per env step as the recipe
-    "iql": ["algo=iql", "demos={demos}", "algo.paced=true"],
+    # IQL's earlier variants, as they were measured (no exploration floor; each names what it
+    # sets, over the task's IQL tuning): offline on the demonstrations (its own losses,
+    # algo.offline_updates), then online with half of every batch from them, AWR ...
+    "iql": [*IQL_BASE, "algo.extraction=awr"],
     # ... its actor extracted online by DDPG+BC from the same in-sample critics
-    "iql_ddpg_bc": ["algo=iql", "demos={demos}", "algo.paced=true", "algo.extraction=ddpg_bc"],
+    "iql_ddpg_bc": [*IQL_BASE, "algo.extraction=ddpg_bc", "algo.bc_rows=all"],
     # ... its regression term on the demonstrated rows only (as the recipe's TD3+BC), or on
     # every row by its advantage weight
-    "iql_bc_demos": ["algo=iql", "demos={demos}", "algo.paced=true", "algo.extraction=ddpg_bc",
-                     "algo.bc_rows=demos"],  # fmt: skip
-    "iql_bc_weighted": ["algo=iql", "demos={demos}", "algo.paced=true", "algo.extraction=ddpg_bc",
-                        "algo.bc_rows=weighted"],  # fmt: skip
+    "iql_bc_demos": [*IQL_BASE, "algo.extraction=ddpg_bc", "algo.bc_rows=demos"],
+    "iql_bc_weighted": [*IQL_BASE, "algo.extraction=ddpg_bc", "algo.bc_rows=weighted"],
     # ... on the demonstrated rows, AWR for the first 2,500 online updates (the critics learn
     # the policy's own actions before their action-gradient moves it)
-    "iql_bc_demos_warm": ["algo=iql", "demos={demos}", "algo.paced=true", "algo.extraction=ddpg_bc",
-                          "algo.bc_rows=demos", "algo.ddpg_bc_warmup_updates=2500"],  # fmt: skip
+    "iql_bc_demos_warm": [*IQL_BASE, "algo.extraction=ddpg_bc", "algo.bc_rows=demos",
+                          "algo.ddpg_bc_warmup_updates=2500"],  # fmt: skip
+    # IQL's recipe for this task (configs/sim/gym_hil_random.yaml, algo_tuning.iql): DDPG+BC
+    # online on the demonstrated rows, exploring with a std of 0.5 or more
+    "iql_recipe": ["algo=iql", "demos={demos}"],
 }
 
 

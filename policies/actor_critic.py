@@ -65,18 +65,20 @@ class TanhGaussianActor(nn.Module):
         log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * torch.log(torch.tensor(2 * torch.pi))).sum(-1)
         return log_prob - (2 * (torch.log(torch.tensor(2.0)) - pre - F.softplus(-2 * pre))).sum(-1)
 
-    def fit_loss(self, feats: torch.Tensor, action: torch.Tensor, bound: float = 0.999) -> torch.Tensor:
+    def fit_loss(self, feats: torch.Tensor, action: torch.Tensor, bound: float = 0.999, min_std: float = 0.0) -> torch.Tensor:
         """Per-row loss toward given actions: the squared error of the deterministic action
         ``tanh(mean)`` (what evaluation takes), plus the Gaussian negative log-likelihood of
         the standard deviation around that action, the mean held fixed (what exploration
         samples). A likelihood that trains both lets the std grow on the rows the mean fits
         worst instead of fitting them: on 20 pick demonstrations it left the deterministic
-        action 5-100x further from the demonstrated one than the squared error does."""
+        action 5-100x further from the demonstrated one than the squared error does.
+        ``min_std``: the likelihood's optimum is ``std^2 = residual^2 + min_std^2`` (an
+        exploration floor that leaves the deterministic action alone)."""
         mean, log_std = self(feats)
         target = action.clamp(-bound, bound)
         det = torch.tanh(mean)
-        spread = (target - det.detach()) / log_std.exp()
-        return ((det - target).square() + 0.5 * spread.square() + log_std).sum(-1)
+        spread2 = ((target - det.detach()).square() + float(min_std) ** 2) / (2 * log_std).exp()
+        return ((det - target).square() + 0.5 * spread2 + log_std).sum(-1)
 
     @torch.no_grad()
     def act(self, feats: torch.Tensor, deterministic: bool = False) -> torch.Tensor:

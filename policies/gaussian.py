@@ -59,10 +59,11 @@ class GaussianPolicy(Policy):
         """Log-probability of given actions (advantage-weighted actor losses)."""
         return self.actor.log_prob_of(feats, action)
 
-    def fit_features(self, feats: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """Per-row regression loss toward given actions (advantage-weighted actors):
+    def fit_features(self, feats: torch.Tensor, action: torch.Tensor, min_std: float = 0.0) -> torch.Tensor:
+        """Per-row regression loss toward given actions (advantage-weighted actors), the std
+        held at ``min_std`` or more:
         :meth:`~rlinf_user.policies.actor_critic.TanhGaussianActor.fit_loss`."""
-        return self.actor.fit_loss(feats, action)
+        return self.actor.fit_loss(feats, action, min_std=min_std)
 
     def bc_loss(self, obs: dict[str, Any], target: torch.Tensor) -> torch.Tensor:
         """MSE between the deterministic action and the label, in the tanh space, plus a

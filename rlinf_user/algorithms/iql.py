@@ -69,6 +69,11 @@ class IQLConfig:
     # ddpg_bc: online updates that still extract by AWR first, while the critics learn the
     # worth of the policy's own actions (their action-gradient is only trusted after)
     ddpg_bc_warmup_updates: int = 0
+    # exploration: the actor's std is fitted to the data's spread around its action, which on
+    # demonstrations is tiny (online, the policy then repeats its own mistakes without
+    # variation: the pick's failures, docs/results.md); the fit keeps it at this much or more
+    # (pre-tanh units; 0: no floor). The deterministic action is not affected.
+    explore_std: float = 0.5
     num_critics: int = 2
     critic_layer_norm: bool = True
     demo_ratio: float = 0.5  # online: share of every batch from the demonstrations
@@ -113,6 +118,8 @@ class IQL(Algorithm):
         if str(algo_cfg.bc_rows) == "demos" and float(algo_cfg.demo_ratio) <= 0:
             out.append("algo.bc_rows=demos pulls toward the demonstrated rows of each batch: "
                        "give algo.demo_ratio > 0 (and demos=<dataset>)")  # fmt: skip
+        if float(algo_cfg.explore_std) < 0:
+            out.append(f"algo.explore_std={algo_cfg.explore_std}: a standard deviation, >= 0")
         if int(algo_cfg.ddpg_bc_warmup_updates) < 0:
             out.append(f"algo.ddpg_bc_warmup_updates={algo_cfg.ddpg_bc_warmup_updates}: a count of updates, >= 0")
         return out
@@ -184,7 +191,7 @@ class IQL(Algorithm):
             adv = q_target - self.value(feats.detach()).squeeze(-1)
             scale = adv.std().clamp_min(1e-6) if cfg.normalize_advantage else 1.0
             w = torch.exp(cfg.beta * adv / scale).clamp(max=cfg.max_weight)
-        fit = self.policy.fit_features(feats.detach(), action)
+        fit = self.policy.fit_features(feats.detach(), action, min_std=float(cfg.explore_std))
         if cfg.extraction == "ddpg_bc" and not self.offline and self.num_updates >= cfg.ddpg_bc_warmup_updates:
             # DDPG+BC extraction from IQL's critics (Park et al. 2024): the actor climbs the
             # critics' action-gradient, Q over its batch mean magnitude, held near the data by

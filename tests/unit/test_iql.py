@@ -165,3 +165,23 @@ def test_ddpg_bc_extracts_by_awr_for_its_online_warmup_updates():
     for _ in range(600):
         step()
     assert mean_action() > 0.7
+
+
+@pytest.mark.parametrize("floor", [0.0, 0.3])
+def test_the_exploration_floor_keeps_the_std_and_leaves_the_action_alone(floor):
+    """Every row did the same action: the regression fits it exactly, so without a floor the
+    std falls toward its minimum (exploration: none); with ``explore_std`` it settles at the
+    floor while the deterministic action fits as well."""
+    torch.manual_seed(0)
+    agent = _iql("algo.actor_lr=3e-3", f"algo.explore_std={floor}")
+    a = torch.full((128, 7), 0.4)
+    for _ in range(400):
+        agent.update(_batch(action=a, reward=torch.zeros(128)))
+    obs = {Col.STATE: torch.randn(256, 5), Col.IMAGES: {}}
+    with torch.no_grad():
+        mean, log_std = agent.policy.actor(agent.policy.encoder(obs))
+    assert torch.tanh(mean).sub(0.4).abs().median() < 0.05
+    std = log_std.exp().median().item()
+    assert (std < 0.1) if floor == 0 else (0.25 < std < 0.36), std
+    with pytest.raises(ConfigError, match="explore_std"):
+        validate(compose_config(["algo=iql", "algo.explore_std=-1", "demos=x"], sim="reach"))
