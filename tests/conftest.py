@@ -16,6 +16,9 @@ def pytest_configure(config):
     from rlinf_user.runtime.orchestration.placement import agent_on_any_free_port
 
     agent_on_any_free_port()
+    from cpu_meter import register
+
+    register(config)
 
 
 def pytest_collection_modifyitems(config, items):

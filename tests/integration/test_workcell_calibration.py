@@ -42,7 +42,7 @@ def calibrate(port, root, *overrides):
 def test_hand_eye_both_ways_recovers_the_scene_and_check_draws_it(edge, capsys):
     port, tmp = edge
     root = tmp / "cal"
-    assert calibrate(port, root, "hand-eye", "calibration.camera=wrist", "calibration.views=12") == 0
+    assert calibrate(port, root, "hand-eye", "calibration.camera=wrist", "calibration.views=8") == 0
     wrist = yaml.safe_load((root / "franka" / "wrist.yaml").read_text())
     mm, deg = transform_error(np.array(wrist["tcp_T_camera"]), truth()["tcp_T_wrist"])
     assert mm < 2.0 and deg < 0.5, (mm, deg)  # noise-free rendering: within 2 mm / 0.5 deg
@@ -50,7 +50,7 @@ def test_hand_eye_both_ways_recovers_the_scene_and_check_draws_it(edge, capsys):
     assert wrist["residual_mm"] < 2.0 and wrist["views"] >= 6
 
     assert calibrate(port, root, "hand-eye", "calibration.camera=front", "calibration.mode=eye_to_hand",
-                     "calibration.views=10", HAND_BOARD) == 0  # fmt: skip
+                     "calibration.views=8", HAND_BOARD) == 0  # fmt: skip
     front = yaml.safe_load((root / "franka" / "front.yaml").read_text())
     mm, deg = transform_error(np.array(front["base_T_camera"]), truth()["base_T_front"])
     assert mm < 2.0 and deg < 0.5, (mm, deg)
