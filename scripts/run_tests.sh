@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test suite in two lanes that run side by side:
 #   * tests marked `wallclock` (a robot paced by its control loop behind an emulated
-#     link: mostly waiting, little CPU), one after another;
-#   * everything else (CPU-bound), one after another.
+#     link: mostly waiting, little CPU), one after another, then the CPU-bound tests named
+#     in TAIL (none of them paced or timed: unit tests, in-process HG-DAgger, the CLI), so
+#     that both lanes end at about the same time;
+#   * every other test (CPU-bound), one after another.
 # The side environments (robosuite's virtualenv, LeRobot's oracle packages) install in the
 # background meanwhile (SIDE_ENVS=0: not at all); the tests that use them run last in their
 # lane and wait for the install to finish (tests/integration/side_envs.py).
@@ -23,14 +25,32 @@ if [ "${SIDE_ENVS:-1}" = 1 ]; then
   SIDE=$!
   echo "$SIDE" >.side-envs/installing  # a stale id (the install already done) names no live process
 fi
-.venv/bin/python -m pytest -m "wallclock and ($MARK)" -p no:cacheprovider "$@" >"$LOG" 2>&1 &
+# the second lane's CPU-bound part (balanced by the CPU-seconds each test costs:
+# RLINF_TEST_CPU, docs/testing.md)
+TAIL=(tests/unit tests/integration/test_hg_dagger.py tests/integration/test_cli.py)
+IGNORE=()
+for t in "${TAIL[@]}"; do IGNORE+=("--ignore=$t"); done
+# only the files that hold wallclock tests are collected for them (collecting the whole
+# suite imports every simulator: about a CPU-minute)
+mapfile -t WALL_FILES < <(grep -rl --include='test_*.py' "mark.wallclock" tests | sort)
+[ "${#WALL_FILES[@]}" -eq 0 ] && WALL_FILES=(tests)
+(
+  .venv/bin/python -m pytest -m "wallclock and ($MARK)" -p no:cacheprovider "${WALL_FILES[@]}" "$@"
+  rc=$?
+  [ "$rc" -eq 5 ] && rc=0
+  .venv/bin/python -m pytest -m "not wallclock and ($MARK)" -p no:cacheprovider "${TAIL[@]}" "$@"
+  rc2=$?
+  [ "$rc2" -eq 5 ] && rc2=0
+  [ "$rc" -ne 0 ] && exit "$rc"
+  exit "$rc2"
+) >"$LOG" 2>&1 &
 LANE=$!
-.venv/bin/python -m pytest -m "not wallclock and ($MARK)" "$@"
+.venv/bin/python -m pytest -m "not wallclock and ($MARK)" "${IGNORE[@]}" "$@"
 RC_MAIN=$?
 wait "$LANE"
 RC_WALL=$?
 [ -n "${SIDE:-}" ] && wait "$SIDE"
-echo "---------------- wallclock lane (paced robot, emulated link) ----------------"
+echo "---------------- second lane: paced robot and emulated link, then ${TAIL[*]} ----------------"
 cat "$LOG"
 rm -f "$LOG"
 # pytest exits 5 when a lane selected nothing: not a failure
