@@ -50,3 +50,25 @@ def test_bc_warm_start_clones_the_demonstrations_into_the_actor(demos, tmp_path)
     assert after < 0.1 < before, (before, after)
     batch = warm.local_replay.sample_demos(64)
     assert batch["obs/state"].shape == (64, spec.state_dim) and batch["intervention"].all()
+
+
+def test_data_parallel_replicas_join_with_the_warmed_weights(demos, tmp_path):
+    """With learner replicas the warm start runs on the lead alone, before the replicas join
+    (they join with its state): every replica then holds the cloned weights, not fresh ones."""
+    import ray
+
+    from rlinf_user.runtime.learning.data_parallel import weights_digest
+
+    root, spec = demos
+    cfg = compose_config(["algo=rlpd", f"demos={root}", f"run_root={tmp_path}", "buffer.persist=false", "seed=0",
+                          "algo.bc_warmup_updates=50", "placement.learner_replicas=2"], sim="gym_hil")  # fmt: skip
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        lead = Learner(cfg, spec, str(tmp_path / "dp"))
+        assert lead.dp is None  # not before the warm start
+        assert lead.warm_start_if_due() == 50
+        assert lead.dp is not None and lead.dp.digests() == [weights_digest(lead.algo.policy)]
+    finally:
+        ray.shutdown()
+        if torch.distributed.is_initialized():  # the lead's group lives in this process
+            torch.distributed.destroy_process_group()

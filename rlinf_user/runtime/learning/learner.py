@@ -106,11 +106,16 @@ class Learner:
         # warm start is not a learner that cannot be placed
         self._warm_due = warm if cfg.demos and warm > 0 and not cfg.resume and not recovering else 0
         self.dp = None
-        replicas = int(cfg.placement.get("learner_replicas", 1) or 1)
+        self._replicas = (int(cfg.placement.get("learner_replicas", 1) or 1), replica_options or {})
+        if not self._warm_due:  # else after the warm start: replicas join with the warmed weights
+            self._start_replicas()
+
+    def _start_replicas(self) -> None:
+        replicas, options = self._replicas
         if replicas > 1:  # data-parallel: this is rank 0 (see rlinf_user.runtime.learning.data_parallel)
             from rlinf_user.runtime.learning.data_parallel import DataParallel
 
-            self.dp = DataParallel(cfg, self.spec, self.algo, replicas, replica_options or {})
+            self.dp = DataParallel(self.cfg, self.spec, self.algo, replicas, options)
 
     def started(self) -> bool:
         """Answers once the constructor has run (the actor was placed and built)."""
@@ -120,7 +125,8 @@ class Learner:
         """The warm start a fresh run asks for (none on resume or recovery); its update count."""
         updates, self._warm_due = self._warm_due, 0
         if updates:
-            self.warm_start(updates)
+            self.warm_start(updates)  # on this learner alone, before any replica joins
+            self._start_replicas()
         return updates
 
     def warm_start(self, updates: int) -> float:
