@@ -125,6 +125,7 @@ class Learner:
         """The warm start a fresh run asks for (none on resume or recovery); its update count."""
         updates, self._warm_due = self._warm_due, 0
         if updates:
+            log.info("warm start: %d updates on the demonstrations before the first env step", updates)
             self.warm_start(updates)  # on this learner alone, before any replica joins
             self._start_replicas()
         return updates

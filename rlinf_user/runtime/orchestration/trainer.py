@@ -145,9 +145,6 @@ class Trainer(Supervision):
                 f"the learner did not start within {START_TIMEOUT_S:.0f} s: no node has free "
                 f"{plan.learner.actor_options()} (`ray status` shows what the cluster offers)"
             ) from err
-        if not self.on_policy and self.data_plan.warm_start_updates and cfg.demos and not cfg.resume:
-            log.info("warm start: %d updates on the demonstrations before the first env step",
-                     self.data_plan.warm_start_updates)  # fmt: skip
         ray.get(self.learner.warm_start_if_due.remote())  # as long as it takes (no start timeout)
         self.progress.version = ray.get(self.learner.publish.remote())
         self.sink = self.replay if self.replay is not None else self.learner
