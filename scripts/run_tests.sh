@@ -9,9 +9,18 @@
 # background meanwhile (SIDE_ENVS=0: not at all); the tests that use them run last in their
 # lane and wait for the install to finish (tests/integration/side_envs.py).
 # TEST_MARK selects tests in both lanes (default: everything but hardware and GPU tests);
-# arguments go to both pytest runs. The exit status is the first failing lane's.
+# arguments are pytest options for every run (the lanes choose their own files: a test path
+# is refused; run `.venv/bin/python -m pytest <path>` for one file). The exit status is the
+# first failing lane's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+for a in "$@"; do
+  if [[ "$a" != -* && -e "$a" ]]; then
+    echo "run_tests.sh takes pytest options, not test paths ('$a'): each lane selects its own files;" \
+      "for one file run: .venv/bin/python -m pytest $a" >&2
+    exit 2
+  fi
+done
 MARK="${TEST_MARK:-not hardware and not gpu}"
 LOG="$(mktemp -t wallclock-tests.XXXXXX)"
 if [ "${SIDE_ENVS:-1}" = 1 ]; then
