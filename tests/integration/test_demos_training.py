@@ -2,6 +2,8 @@
 becomes the RLPD demo buffer, and ``algo.bc_warmup_updates`` clones it into the actor
 before RL starts."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -72,3 +74,35 @@ def test_data_parallel_replicas_join_with_the_warmed_weights(demos, tmp_path):
         ray.shutdown()
         if torch.distributed.is_initialized():  # the lead's group lives in this process
             torch.distributed.destroy_process_group()
+
+
+def test_iql_trains_end_to_end_from_demonstrations_with_the_tasks_tuning(demos, tmp_path):
+    """`algo=iql demos=...` through the whole runtime: the learner runs IQL's offline phase
+    on the demonstrations before the first env step, then learns online from the mixed
+    batches (paced), and the run takes the pick's IQL tuning (configs/sim/gym_hil_random.yaml)
+    by the algorithm's own name. Learning the pick itself is benchmarked (docs/results.md)."""
+    import csv
+    import json
+
+    from rlinf_user.cli.main import main
+
+    root, _ = demos
+    rc = main([
+        "train", "--sim", "gym_hil_random", "algo=iql", f"demos={root}", "seed=0", "algo.offline_updates=150",
+        "total_env_steps=800", "eval_episodes=2", "eval_every_steps=800", "eval_at_start=true",
+        f"run_root={tmp_path}", "run_name=iql", "progress=false", "buffer.persist=false",
+    ])  # fmt: skip
+    assert rc == 0
+    run = tmp_path / "iql"
+    resolved = (run / "config.yaml").read_text()
+    assert "expectile: 0.9" in resolved and "extraction: ddpg_bc" in resolved and "bc_rows: demos" in resolved
+    with open(run / "eval" / "history.csv") as f:
+        history = list(csv.DictReader(f))
+    assert int(history[0]["env_steps"]) == 0 and int(history[-1]["env_steps"]) >= 800, history
+    # paced at one update per env step: the online updates kept up with the env steps (the
+    # offline phase's are not counted in them)
+    assert float(history[-1]["updates"]) >= 0.5 * float(history[-1]["env_steps"]), history
+    summary = json.loads((run / "eval" / "summary.json").read_text())
+    assert summary["replay"]["demos"] > 40 and summary["updates"] >= 0.5 * summary["env_steps"], summary
+    assert summary["test_eval"]["split"] == "test" and summary["test_eval"]["policy_version"] > 0
+    assert Path(summary["checkpoint"]).exists()
