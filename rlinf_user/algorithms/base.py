@@ -83,11 +83,11 @@ class NonFiniteLoss(FloatingPointError):
 
 
 class Algorithm:
-    """Base class. Subclasses set ``data_mode`` and ``requires`` (capability names from
-    :data:`rlinf_user.policies.base.CAPABILITIES`) and implement ``update``, calling
+    """Base class. Subclasses declare their data plan (``data_plan``) and ``requires``
+    (capability names from :data:`rlinf_user.policies.base.CAPABILITIES`) and implement
+    ``update``, calling
     :meth:`backward` for every loss (a data-parallel learner averages the gradients there)."""
 
-    data_mode: ClassVar[str] = REPLAY
     requires: ClassVar[tuple[str, ...]] = ()
     config: ClassVar[type]  # the typed config (Hydra's algo_schema/<name>)
     tuning_family: ClassVar[str | None] = None  # the env's algo_tuning.<family> applies when none names it

@@ -13,37 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.table import Table
 
+from rlinf_user.cli.calibrate_common import connect_arm, results_table
 from rlinf_user.config.compose import ConfigError, compose_config
 
 log = logging.getLogger(__name__)
 
 ACTIONS = ("intrinsics", "hand-eye", "workspace", "check")
-
-
-def _connect(cfg, camera: str | None):
-    from rlinf_user.calibration.session import EdgeArm
-    from rlinf_user.edge.client import EdgeClient
-
-    edge = cfg.env.edge
-    client = EdgeClient(edge.host, int(edge.port), server_public_key=edge.server_public_key,
-                        client_secret_key=edge.client_secret_key, timeout_s=float(edge.timeout_s),
-                        heartbeat_s=float(edge.heartbeat_s))  # fmt: skip
-    from rlinf_user.edge.client import EdgeTimeout
-
-    try:
-        return EdgeArm(client, camera, hello_timeout_s=float(edge.hello_timeout_s))
-    except EdgeTimeout:
-        client.close(say_bye=False)
-        raise ConfigError(f"no edge daemon answered at {edge.host}:{edge.port}: is `rlinf-user edge --robot ...` "
-                          "running, and are env.edge.host/port right?") from None
-    except ValueError as err:
-        client.close()  # the daemon answered: release its control now
-        raise ConfigError(str(err)) from None
-    except Exception:
-        client.close(say_bye=False)
-        raise
 
 
 def _targets(c, home: np.ndarray) -> list[np.ndarray]:
@@ -102,7 +78,7 @@ def _run_views(cfg, robot: str, action: str, console) -> int:
         raise ConfigError(f"calibration.board: {err}") from None
     name = c.name or (c.camera if action == "hand-eye" else f"{c.camera}_intrinsics")
     path = store.calibration_path(c.root, robot, name)
-    arm = _connect(cfg, c.camera)
+    arm = connect_arm(cfg, c.camera)
     try:
         console.print(f"homing the arm, then {c.views} poses for [bold]{c.camera}[/] ({c.mode})")
         home = arm.home()
@@ -122,7 +98,7 @@ def _run_views(cfg, robot: str, action: str, console) -> int:
         data = {"camera": c.camera, "intrinsics": intr.to_dict(), "driver_intrinsics": info.get("intrinsics"),
                 "board": board.to_dict()}  # fmt: skip
         ok = intr.rms_px is not None and intr.rms_px < 1.0
-        _table(console, f"intrinsics of {c.camera}", {
+        results_table(console, f"intrinsics of {c.camera}", {
             "views with the board": f"{len(views)} of {len(targets)}", "fx, fy": f"{intr.K[0, 0]:.1f}, {intr.K[1, 1]:.1f}",
             "cx, cy": f"{intr.K[0, 2]:.1f}, {intr.K[1, 2]:.1f}", "reprojection RMS": f"{intr.rms_px:.3f} px",
         })  # fmt: skip
@@ -134,7 +110,7 @@ def _run_views(cfg, robot: str, action: str, console) -> int:
     data = {"camera": c.camera, **result.to_dict(), "intrinsics": intr.to_dict(), "board": board.to_dict(),
             "views_missed": len(got["missed"])}  # fmt: skip
     T = result.transform
-    _table(console, f"hand-eye ({c.mode}) of {c.camera}", {
+    results_table(console, f"hand-eye ({c.mode}) of {c.camera}", {
         "views with the board": f"{len(views)} of {len(targets)}",
         "camera position" + (" in the TCP frame" if c.mode == "eye_in_hand" else " in the base frame"):
             " ".join(f"{v * 1e3:+.1f}" for v in T[:3, 3]) + " mm",
@@ -174,10 +150,3 @@ def _write(console, ok: bool, path: Path, kind: str, data: dict, serial, why: st
     store.save(path, kind, data, camera_serial=serial)
     console.print(f"saved [bold]{path}[/]")
     return 0
-
-
-def _table(console, title: str, rows: dict[str, str]) -> None:
-    table = Table(title=title, show_header=False)
-    for k, v in rows.items():
-        table.add_row(k, str(v))
-    console.print(table)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlinf_user.cli.calibrate_common import connect_arm, results_table
 from rlinf_user.config.compose import ConfigError
 
 AXIS_M = 0.05
@@ -66,11 +67,10 @@ def run_check(cfg, robot: str, console) -> int:
     from rlinf_user.calibration import store
     from rlinf_user.calibration.session import wait_for_frames
     from rlinf_user.calibration.solve import Intrinsics
-    from rlinf_user.cli.calibrate import _connect, _table
 
     c = cfg.calibration
     path = store.calibration_path(c.root, robot, c.name or c.camera)
-    arm = _connect(cfg, c.camera)
+    arm = connect_arm(cfg, c.camera)
     try:
         serial = arm.camera_info().get("serial")
         cal = store.load(path, "hand_eye", camera_serial=serial)
@@ -95,7 +95,7 @@ def run_check(cfg, robot: str, console) -> int:
     out = Path(c.out) if c.out else path.parent / f"check-{c.camera}.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     cv2.imwrite(str(out), cv2.cvtColor(picture, cv2.COLOR_RGB2BGR))
-    _table(console, f"check of {c.camera}", {
+    results_table(console, f"check of {c.camera}", {
         "calibration": f"{path} ({cal['mode']}, {cal.get('date')})",
         "TCP drawn at": f"{report['tcp_px']} px" + ("" if report["tcp_in_view"] else " (outside the frame)"),
         "workspace box": "none" if box is None else f"{np.round(box[0], 3).tolist()} .. {np.round(box[1], 3).tolist()}",

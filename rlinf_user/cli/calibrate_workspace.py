@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from rlinf_user.calibration.solve import PoorPoseSet
+from rlinf_user.cli.calibrate_common import connect_arm, results_table
 
 MIN_EXTENT_M = 0.05
 
@@ -31,13 +32,12 @@ def workspace_box(corners: list[np.ndarray], margin_m: float = 0.0) -> tuple[lis
 
 def run_workspace(cfg, robot: str, console) -> int:
     from rlinf_user.calibration import store
-    from rlinf_user.cli.calibrate import _connect, _table
     from rlinf_user.robots.teleop.factory import open_teleop
 
     c = cfg.calibration
     path = store.calibration_path(c.root, robot, c.name or "workspace")
     device = open_teleop(cfg.teleop)
-    arm = _connect(cfg, None)
+    arm = connect_arm(cfg, None)
     corners: list[np.ndarray] = []
     try:
         arm.home()
@@ -64,7 +64,7 @@ def run_workspace(cfg, robot: str, console) -> int:
     low, high = workspace_box(corners, float(c.margin_m))
     store.save(path, "workspace", {"low": low, "high": high, "corners": [np.round(p, 4).tolist() for p in corners],
                                    "margin_m": float(c.margin_m)})  # fmt: skip
-    _table(console, "workspace", {"low (m)": str(low), "high (m)": str(high), "corners": str(len(corners)),
+    results_table(console, "workspace", {"low (m)": str(low), "high (m)": str(high), "corners": str(len(corners)),
                                   "saved": str(path), "use it": f"rlinf-user edge --robot {robot} "
                                   f"safety.workspace_from={path}"})  # fmt: skip
     return 0

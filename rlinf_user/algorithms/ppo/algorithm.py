@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlinf_user.algorithms.base import ON_POLICY, Algorithm, NonFiniteLoss, OnPolicyPlan
+from rlinf_user.algorithms.base import Algorithm, NonFiniteLoss, OnPolicyPlan
 from rlinf_user.algorithms.ppo.config import GRPOConfig, PPOConfig
 from rlinf_user.algorithms.ppo.credit import OnPolicyStore
 from rlinf_user.env.spec import Col, EnvSpec, columns_to_torch, index_obs_torch
@@ -41,7 +41,6 @@ VALUE_PER_ACTION_POLICIES = ("pi0", "lite_vla", "token_vla")
 class PPO(Algorithm):
     config = PPOConfig
     tuning_family = "ppo"
-    data_mode = ON_POLICY
     requires = ("log-prob of recorded samples", "a value function")
     grpo = False  # GRPO: no critic, episodes scored within their reset-seed group
 
