@@ -47,6 +47,16 @@ class PolicyOutput:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+class PolicyUnavailable(RuntimeError):
+    """A policy served elsewhere cannot answer: its server failed, hung, or went away for
+    good. Evaluation stops and keeps what it finished; the CLI says it in one line."""
+
+
+class EpisodeInterrupted(RuntimeError):
+    """A served policy's connection broke and is back: the request in flight was lost, so
+    the episodes in flight end (truncated, not counted) and run again; the run goes on."""
+
+
 class Policy(nn.Module):
     """Base class: ``spec`` is what it was built for; ``horizon`` the chunk length."""
 

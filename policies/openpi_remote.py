@@ -1,103 +1,35 @@
 """``policy=openpi_remote``: an openpi policy server (``scripts/serve_policy.py``) as the policy.
 
-For users who already serve a pi0/pi0.5 checkpoint with openpi on a GPU box. The server's
-wire format (openpi's ``websocket_policy_server`` and its ``openpi-client`` package):
-
-* a websocket (no compression, no size limit); optional ``Authorization: Api-Key <key>``;
-* on connect the server sends one binary frame: its metadata, msgpack;
-* per request the client sends one observation dict, msgpack, and receives the action dict
-  (``{"actions": (H, A), ...timing}``); an error arrives as a text frame (the traceback)
-  and the server closes the connection;
-* numpy arrays travel as msgpack maps ``{b"__ndarray__": True, b"data": raw bytes,
-  b"dtype": dtype.str, b"shape": shape}``, numpy scalars as ``{b"__npgeneric__": True,
-  b"data": value, b"dtype": dtype.str}``.
-
-``openpi-client`` itself pins numpy<2 and cannot share this environment, so the format is
-spoken here directly (the tests run against a server that implements it independently).
+For users who already serve a pi0/pi0.5 checkpoint with openpi on a GPU box; the wire format,
+timeouts and reconnection are :mod:`rlinf_user.policies.openpi_client`'s.
 
 Which contract observation goes under which request key is configured, because each openpi
 example names them differently (``policy.request``; e.g. LIBERO:
 ``{"observation/image": "images.front", "observation/wrist_image": "images.wrist",
-"observation/state": "state", "prompt": "instruction"}``). The returned chunk's first
-``action_dim`` columns are the contract's actions, clipped to [-1, 1]. Inference only: the
+"observation/state": "state", "prompt": "instruction"}``); a mapping that asks for a camera
+or an instruction the env does not have is refused when the policy is built. The returned
+chunk must have the contract's ``action_dim`` columns in [-1, 1]: surplus columns and values
+out of range are refused unless ``policy.surplus_actions=drop`` / ``policy.out_of_range=clip``
+say otherwise (the edge's limits still hold whatever the policy says). Inference only: the
 weights live on the server and do not update.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
 import numpy as np
 import torch
 
 from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.base import Policy, PolicyOutput
+from rlinf_user.policies.openpi_client import OpenpiClient, OpenpiServerError, Timeouts
 
+__all__ = ["DEFAULT_REQUEST", "OpenpiRemotePolicy", "OpenpiRemotePolicyConfig", "OpenpiServerError"]
 
-def _pack_default(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.kind in "VOc":
-            raise ValueError(f"cannot send an array of dtype {obj.dtype} to an openpi server")
-        return {b"__ndarray__": True, b"data": np.ascontiguousarray(obj).tobytes(), b"dtype": obj.dtype.str, b"shape": obj.shape}
-    if isinstance(obj, np.generic):
-        return {b"__npgeneric__": True, b"data": obj.item(), b"dtype": obj.dtype.str}
-    raise TypeError(f"cannot send {type(obj).__name__} to an openpi server")
-
-
-def _unpack_hook(obj: dict) -> Any:
-    if b"__ndarray__" in obj:
-        return np.ndarray(buffer=obj[b"data"], dtype=np.dtype(obj[b"dtype"]), shape=tuple(obj[b"shape"]))
-    if b"__npgeneric__" in obj:
-        return np.dtype(obj[b"dtype"]).type(obj[b"data"])
-    return obj
-
-
-def packb(obj: Any) -> bytes:
-    return msgpack.packb(obj, default=_pack_default)
-
-
-def unpackb(data: bytes) -> Any:
-    return msgpack.unpackb(data, object_hook=_unpack_hook)
-
-
-class OpenpiServerError(RuntimeError):
-    """The server answered with an error (its traceback) or went away."""
-
-
-class OpenpiClient:
-    """One connection to an openpi policy server."""
-
-    def __init__(self, uri: str, api_key: str | None = None, open_timeout: float = 10.0):
-        from websockets.sync.client import connect
-
-        headers = {"Authorization": f"Api-Key {api_key}"} if api_key else None
-        self._stack = contextlib.ExitStack()  # the connection is a context manager
-        try:
-            self.ws = self._stack.enter_context(
-                connect(uri, compression=None, max_size=None, additional_headers=headers, open_timeout=open_timeout)
-            )
-        except (OSError, TimeoutError) as err:
-            raise OpenpiServerError(f"no openpi policy server at {uri}: {err}") from err
-        self.metadata = unpackb(self.ws.recv())
-
-    def infer(self, obs: Mapping[str, Any]) -> dict[str, Any]:
-        from websockets.exceptions import ConnectionClosed
-
-        try:
-            self.ws.send(packb(dict(obs)))
-            reply = self.ws.recv()
-        except ConnectionClosed as err:
-            raise OpenpiServerError(f"the openpi server closed the connection: {err}") from err
-        if isinstance(reply, str):
-            raise OpenpiServerError(f"the openpi server failed:\n{reply}")
-        return reply if isinstance(reply, dict) else unpackb(reply)
-
-    def close(self) -> None:
-        self._stack.close()
+RANGE_SLACK = 1e-4  # float noise at the edges of [-1, 1] is not "out of range"
 
 
 def _lookup(obs: Mapping[str, Any], path: str, i: int) -> Any:
@@ -137,21 +69,43 @@ class OpenpiRemotePolicyConfig:
     # mapping given on the command line replaces the default whole (a default mapping here
     # would be merged with it, keeping keys for cameras the env may not have)
     request: Any = None
+    surplus_actions: str = "refuse"  # refuse | drop: a reply with more columns than the env's actions
+    out_of_range: str = "refuse"  # refuse | clip: a reply with values outside [-1, 1]
+    timeouts: Timeouts = field(default_factory=Timeouts)
+
+
+def _check_request(request: Mapping[str, str], spec: EnvSpec) -> None:
+    """Every value names something this env gives, or the policy is not built."""
+    for key, path in request.items():
+        path = str(path)
+        if path == "instruction":
+            if not spec.instruction:
+                raise ValueError(f"policy.request maps {key!r} to the instruction, but the env gives none "
+                                 "(set env.instruction=..., or leave the key out of policy.request)")  # fmt: skip
+        elif path.startswith("images."):
+            if path.split(".", 1)[1] not in spec.cameras:
+                raise ValueError(f"policy.request maps {path!r}, but the env has cameras {sorted(spec.cameras)}")
+        elif path != "state":
+            raise ValueError(f"policy.request value {path!r} (key {key!r}): use state, instruction or images.<camera>")
 
 
 class OpenpiRemotePolicy(Policy):
     config = OpenpiRemotePolicyConfig
 
     def __init__(self, spec: EnvSpec, uri: str, request: Mapping[str, str], api_key: str | None = None,
-                 horizon: int | None = None):  # fmt: skip
+                 horizon: int | None = None, surplus_actions: str = "refuse", out_of_range: str = "refuse",
+                 timeouts: Timeouts | None = None):  # fmt: skip
         super().__init__(spec)
         if not request:
             raise ValueError("policy=openpi_remote needs policy.request: {openpi key: state | instruction | images.<camera>}")
-        for path in request.values():
-            if path.startswith("images.") and path.split(".", 1)[1] not in spec.cameras:
-                raise ValueError(f"policy.request maps {path!r}, but the env has cameras {sorted(spec.cameras)}")
-        self.request = dict(request)
-        self.client = OpenpiClient(uri, api_key)
+        if surplus_actions not in ("refuse", "drop"):
+            raise ValueError(f"policy.surplus_actions={surplus_actions!r}: refuse or drop")
+        if out_of_range not in ("refuse", "clip"):
+            raise ValueError(f"policy.out_of_range={out_of_range!r}: refuse or clip")
+        _check_request(request, spec)
+        self.request = {str(k): str(v) for k, v in request.items()}
+        self.surplus_actions, self.out_of_range = surplus_actions, out_of_range
+        self.client = OpenpiClient(uri, api_key, timeouts)
         self.fixed_horizon = int(horizon) if horizon else None  # None: the whole chunk the server returns
         self.horizon = self.fixed_horizon or 1
 
@@ -161,29 +115,54 @@ class OpenpiRemotePolicy(Policy):
         if not uri:
             raise ValueError("policy=openpi_remote needs policy.server=ws://<host>:<port> (openpi's serve_policy.py)")
         request = dict(policy_cfg.get("request") or DEFAULT_REQUEST)
-        return cls(spec, uri if uri.startswith("ws") else f"ws://{uri}", request, policy_cfg.get("api_key"), policy_cfg.get("horizon"))
+        t = policy_cfg.get("timeouts") or {}
+        timeouts = Timeouts(**{k: float(v) for k, v in dict(t).items()})
+        for k, v in vars(timeouts).items():
+            if not v > 0:
+                raise ValueError(f"policy.timeouts.{k}={v}: seconds, > 0")
+        return cls(spec, uri if uri.startswith("ws") else f"ws://{uri}", request, policy_cfg.get("api_key"),
+                   policy_cfg.get("horizon"), str(policy_cfg.get("surplus_actions", "refuse")),
+                   str(policy_cfg.get("out_of_range", "refuse")), timeouts)  # fmt: skip
+
+    def _chunk(self, reply: Mapping[str, Any], want: int | None) -> np.ndarray:
+        """The reply's actions as ``(h, action_dim)``, or an error saying what does not fit."""
+        a = self.spec.action_dim
+        where = f"the openpi server at {self.client.uri}"
+        if "actions" not in reply:
+            raise OpenpiServerError(f"{where} answered without 'actions' (keys: {sorted(map(str, reply))})")
+        actions = np.asarray(reply["actions"], np.float32)
+        if actions.ndim == 1:
+            actions = actions[None]
+        h = want or (self.fixed_horizon or (len(actions) if actions.ndim == 2 else 0))
+        if actions.ndim != 2 or actions.shape[0] < h or actions.shape[1] < a:
+            raise OpenpiServerError(f"{where} returned actions of shape {actions.shape}; need ({h}, {a}) "
+                                    "(policy.horizon: steps of each chunk to execute)")  # fmt: skip
+        if actions.shape[1] > a and self.surplus_actions == "refuse":
+            raise OpenpiServerError(
+                f"{where} returned {actions.shape[1]} action columns; this env takes {a} "
+                f"(policy.surplus_actions=drop keeps the first {a}, if those are the env's actions)"
+            )
+        actions = actions[:h, :a]
+        if not np.isfinite(actions).all():
+            raise OpenpiServerError(f"{where} returned non-finite actions")
+        worst = float(np.abs(actions).max(initial=0.0))
+        if worst > 1.0 + RANGE_SLACK:
+            if self.out_of_range == "refuse":
+                raise OpenpiServerError(
+                    f"{where} returned actions up to {worst:.3g} in size; the env's actions are in [-1, 1] "
+                    "(scaled to its limits): map the server's units, or policy.out_of_range=clip"
+                )
+        return np.clip(actions, -1.0, 1.0)
 
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
         """One request per row; the reply's chunk (its first ``policy.horizon`` steps, or all
         of it). A shorter reply is refused: a chunk is never padded with invented actions."""
-        b = len(obs[Col.STATE])
-        chunks = []
-        for i in range(b):
+        chunks: list[np.ndarray] = []
+        for i in range(len(obs[Col.STATE])):
             reply = self.client.infer({key: _lookup(obs, path, i) for key, path in self.request.items()})
-            actions = np.asarray(reply.get("actions"), np.float32)
-            if actions.ndim == 1:
-                actions = actions[None]
-            h = self.fixed_horizon or len(actions)
-            if actions.ndim != 2 or actions.shape[0] < h or actions.shape[1] < self.spec.action_dim or (chunks and h != len(chunks[0])):
-                raise OpenpiServerError(
-                    f"the openpi server returned actions of shape {actions.shape}; need "
-                    f"({h}, >= {self.spec.action_dim}) (policy.horizon: steps of each chunk to execute)"
-                )
-            if not np.isfinite(actions).all():
-                raise OpenpiServerError("the openpi server returned non-finite actions")
-            chunks.append(actions[:h, : self.spec.action_dim])
+            chunks.append(self._chunk(reply, len(chunks[0]) if chunks else None))
         self.horizon = len(chunks[0])
-        return PolicyOutput(torch.from_numpy(np.clip(np.stack(chunks), -1.0, 1.0)))
+        return PolicyOutput(torch.from_numpy(np.stack(chunks)))
 
     def close(self) -> None:
         self.client.close()

@@ -22,9 +22,12 @@ import numpy as np
 import torch
 
 from rlinf_user.env.spec import Col, EnvSpec, obs_to_torch, stack_obs
+from rlinf_user.policies.base import EpisodeInterrupted, PolicyUnavailable
 from rlinf_user.seeds import episode_seed
 
 log = logging.getLogger(__name__)
+
+MAX_INTERRUPTIONS = 3  # times one episode may be cut short by a reconnecting policy server
 
 
 def load_policy_from_checkpoint(path: str | Path, cfg, spec):
@@ -131,6 +134,7 @@ def evaluate_policy(
     slots = _Slots(envs, seed, episodes)
     results: dict[int, dict[str, Any]] = {}
     frames: dict[int, list[np.ndarray]] = {}
+    interrupted: list[dict[str, Any]] = []
     for i in range(len(envs)):
         slots.start(i)
     while slots.active:
@@ -139,7 +143,22 @@ def evaluate_policy(
             batch = stack_obs([slots.obs[i] for i in need])
             if adapter is not None:
                 batch = adapter.obs(batch)
-            actions = policy.act(obs_to_torch(batch), deterministic=True).actions.float().numpy()
+            try:
+                actions = policy.act(obs_to_torch(batch), deterministic=True).actions.float().numpy()
+            except EpisodeInterrupted as err:  # a served policy came back: the episodes in flight run again
+                for i in list(slots.active):
+                    interrupted.append({"episode": slots.episode[i], "seed": seed + slots.episode[i],
+                                        "length": slots.steps[i], "reason": str(err)})  # fmt: skip
+                    if sum(r["episode"] == slots.episode[i] for r in interrupted) > MAX_INTERRUPTIONS:
+                        raise EvaluationStopped(f"episode {slots.episode[i]} was interrupted {MAX_INTERRUPTIONS + 1} "
+                                                f"times: {err}", _summary(results, slots, split, seed, interrupted, frames)) from err  # fmt: skip
+                    frames.pop(slots.episode[i], None)
+                    slots.restart(i)
+                log.warning("%s: %d episode(s) in flight end truncated and run again", err, len(slots.active))
+                continue
+            except PolicyUnavailable as err:
+                partial = _summary(results, slots, split, seed, interrupted, frames)
+                raise EvaluationStopped(str(err), partial, getattr(err, "details", None)) from err
             for i, a in zip(need, actions):
                 slots.chunk[i] = list(a)
         for i in list(slots.active):
@@ -157,6 +176,21 @@ def evaluate_policy(
                 results[ep] = {"episode": ep, "seed": seed + ep, "return": slots.ret[i], "length": slots.steps[i],
                                "success": bool(info["success"]), "initial_state": slots.keys[ep]}  # fmt: skip
                 slots.start(i)
+    return _summary(results, slots, split, seed, interrupted, frames)
+
+
+class EvaluationStopped(RuntimeError):
+    """The policy could not go on (:class:`~rlinf_user.policies.base.PolicyUnavailable`):
+    ``result`` holds the episodes that finished, ``complete`` False and the reason."""
+
+    def __init__(self, reason: str, result: dict[str, Any], details: str | None = None):
+        super().__init__(reason)
+        self.details = details  # e.g. the policy server's traceback
+        self.result = {**result, "complete": False, "stopped": reason}
+
+
+def _summary(results: dict[int, dict], slots: _Slots, split: str, seed: int, interrupted: list, frames: dict) -> dict[str, Any]:
+    """The finished episodes' accounting (an interrupted episode is listed, not scored)."""
     done = [results[ep] for ep in sorted(results)]
     keys = [r["initial_state"] for r in done]
     wins = sum(r["success"] for r in done)
@@ -167,12 +201,14 @@ def evaluate_policy(
         "success_ci95": list(wilson(wins, len(done))),
         "distinct_initial_states": len(set(keys)),
         "deterministic_reset": slots.deterministic,
-        "mean_return": float(np.mean([r["return"] for r in done])),
-        "mean_length": float(np.mean([r["length"] for r in done])),
+        "mean_return": float(np.mean([r["return"] for r in done])) if done else 0.0,
+        "mean_length": float(np.mean([r["length"] for r in done])) if done else 0.0,
         "split": split,
         "first_seed": seed,
+        "complete": True,
+        "interrupted": interrupted,
         "per_episode": done,
-        "frames": [f for ep in sorted(frames) for f in frames[ep]],
+        "frames": [f for ep in sorted(frames) if ep in results for f in frames[ep]],
     }
 
 
@@ -189,6 +225,12 @@ class _Slots:
         self.episode, self.steps = [0] * n, [0] * n
         self.ret = [0.0] * n
         self.chunk: list[list[np.ndarray]] = [[] for _ in range(n)]
+
+    def restart(self, i: int) -> None:
+        """Env ``i`` runs its episode again from the same seed (the first try was interrupted)."""
+        ep = self.episode[i]
+        obs, _ = self.envs[i].reset(seed=self.seed + ep)
+        self.obs[i], self.steps[i], self.ret[i], self.chunk[i] = obs, 0, 0.0, []
 
     def start(self, i: int) -> None:
         """Env ``i`` resets for the next episode, or goes idle when none is left."""

@@ -5,7 +5,7 @@
 #     in TAIL (none of them paced or timed: unit tests, in-process HG-DAgger, the CLI), so
 #     that both lanes end at about the same time;
 #   * every other test (CPU-bound), one after another.
-# The side environments (robosuite's virtualenv, LeRobot's oracle packages) install in the
+# The side environments (robosuite's virtualenv, LeRobot's and openpi's client packages) install in the
 # background meanwhile (SIDE_ENVS=0: not at all); the tests that use them run last in their
 # lane and wait for the install to finish (tests/integration/side_envs.py).
 # TEST_MARK selects tests in both lanes (default: everything but hardware and GPU tests);
@@ -27,7 +27,7 @@ if [ "${SIDE_ENVS:-1}" = 1 ]; then
   mkdir -p .side-envs
   rm -f .side-envs/status
   (
-    { bash scripts/install_robosuite_env.sh && bash scripts/install_lerobot_env.sh; } >.side-envs/install.log 2>&1
+    { bash scripts/install_robosuite_env.sh && bash scripts/install_lerobot_env.sh && bash scripts/install_openpi_env.sh; } >.side-envs/install.log 2>&1
     echo $? >.side-envs/status
     rm -f .side-envs/installing
   ) &

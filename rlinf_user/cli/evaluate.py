@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from rich.table import Table
+
+from rlinf_user.policies.base import PolicyUnavailable
 
 
 def run_eval(args, console) -> int:
@@ -59,13 +62,17 @@ def run_eval(args, console) -> int:
 
     split = getattr(args, "split", "test") or "test"
     offset = int(getattr(args, "episode_offset", 0) or 0)
-    result = evaluate_policy(envs, policy, args.episodes, args.video_episodes, seed=episode_seed(split) + offset,
-                             adapter=adapter, split=split)  # fmt: skip
-    for e in envs:
-        e.close()
     out = Path(args.out) if args.out else run_dir / "eval"
     stem = f"eval-{ckpt.stem}" + (f"-{name}" if len(fleet) > 1 else "")
-    result.update(checkpoint=str(ckpt), policy_version=version, member=name)
+    extra = {"checkpoint": str(ckpt), "policy_version": version, "member": name}
+    with _kept_if_stopped(out, stem, cfg.env.control_hz, args, console, ckpt.name, extra):
+        try:
+            result = evaluate_policy(envs, policy, args.episodes, args.video_episodes, seed=episode_seed(split) + offset,
+                                     adapter=adapter, split=split)  # fmt: skip
+        finally:
+            for e in envs:
+                e.close()
+    result.update(extra)
     return _report(result, out, stem, cfg.env.control_hz, args, console, ckpt.name)
 
 
@@ -83,23 +90,49 @@ def _eval_configured_policy(args, console) -> int:
     if args.run and "=" not in args.run:
         raise ConfigError(f"give either a run ({args.run}) or --sim/--robot with policy=..., not both")
     cfg = compose_config(overrides, sim=args.sim, robot=args.robot)
+    out = Path(args.out) if args.out else Path(cfg.run_root) / f"eval-{cfg.policy.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     envs = _envs(cfg.env, cfg, args.episodes)
     env = envs[0]
+    what = f"policy={cfg.policy.name}" + (f" ({cfg.policy.checkpoint})" if cfg.policy.get("checkpoint") else "")
+    extra = {"policy": str(cfg.policy.name), "checkpoint": cfg.policy.get("checkpoint")}
+    policy = None
     try:
         try:
             policy = build_policy(cfg.policy, EnvSpec.of_env(env))
         except ValueError as err:  # a checkpoint or option that does not fit: said, not a traceback
             raise ConfigError(f"policy={cfg.policy.name}: {err}") from err
+        except PolicyUnavailable as err:  # its server is not there, or not a policy server
+            raise PolicyUnavailable(f"policy={cfg.policy.name}: {err}") from err
         policy.eval()
-        what = f"policy={cfg.policy.name}" + (f" ({cfg.policy.checkpoint})" if cfg.policy.get("checkpoint") else "")
         console.print(f"evaluating [bold]{what}[/] for {args.episodes} episodes")
-        result = evaluate_policy(envs, policy, args.episodes, args.video_episodes, split=getattr(args, "split", "test"))
+        with _kept_if_stopped(out, "eval", cfg.env.control_hz, args, console, what, extra):
+            result = evaluate_policy(envs, policy, args.episodes, args.video_episodes, split=getattr(args, "split", "test"))
     finally:
         for e in envs:
             e.close()
-    out = Path(args.out) if args.out else Path(cfg.run_root) / f"eval-{cfg.policy.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    result.update(policy=str(cfg.policy.name), checkpoint=cfg.policy.get("checkpoint"), horizon=int(policy.horizon))
+        if policy is not None and hasattr(policy, "close"):
+            policy.close()
+    result.update(extra, horizon=int(policy.horizon))
     return _report(result, out, "eval", cfg.env.control_hz, args, console, what)
+
+
+@contextlib.contextmanager
+def _kept_if_stopped(out: Path, stem: str, fps: float, args, console, title: str, extra: dict):
+    """An evaluation the policy stopped (its server failed or went away) still writes the
+    episodes it finished, marked incomplete, and the server's traceback beside them; the
+    error then reaches the CLI's one line."""
+    from rlinf_user.evaluation import EvaluationStopped
+
+    try:
+        yield
+    except EvaluationStopped as stop:
+        result = {**stop.result, **extra}
+        _report(result, out, stem, fps, args, console, f"{title} (stopped)")
+        where = out / f"{stem}.json"
+        if stop.details:
+            (out / f"{stem}.log").write_text(f"{stop}\n\n{stop.details}\n")
+            where = f"{where}; the server's traceback: {out / f'{stem}.log'}"
+        raise EvaluationStopped(f"{stop} ({result['episodes']} finished episodes kept in {where})", result) from stop
 
 
 def _envs(env_cfg, cfg, episodes: int) -> list:
@@ -122,7 +155,9 @@ def _report(result, out: Path, stem: str, fps: float, args, console, title: str)
     result["video"] = str(video) if wrote else None
     write_json(out / f"{stem}.json", result)
     table = Table(title=f"evaluation of {title}", show_header=False)
-    table.add_row("episodes", str(result["episodes"]))
+    table.add_row("episodes", str(result["episodes"]) + ("" if result.get("complete", True) else " (stopped early)"))
+    if result.get("interrupted"):
+        table.add_row("interrupted and run again", f"{len(result['interrupted'])} (the policy server restarted)")
     table.add_row(f"success rate (95% interval, {result.get('split', 'test')} initial states)", describe_eval(result))
     table.add_row("mean return", f"{result['mean_return']:.3f}")
     if args.video_episodes > 0:

@@ -135,9 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command == "calibrate":  # overrides after --robot (argparse stops a positional at an option)
-        args.overrides += [e for e in extra if not e.startswith("-")]
-        extra = [e for e in extra if e.startswith("-")]
+    if extra and isinstance(getattr(args, "overrides", None), list):
+        # overrides after an option (`eval --out DIR key=value`): argparse ends a positional
+        # list at the first option and leaves the rest over
+        late = [e for e in extra if not e.startswith("-") and ("=" in e or args.command == "calibrate")]
+        args.overrides += late
+        extra = [e for e in extra if e not in late]
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     console = Console(stderr=True)
@@ -153,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     from rlinf_user.data.lerobot_format import DatasetError
     from rlinf_user.edge.daemon import EdgeStartError
     from rlinf_user.edge.security import AuthError
+    from rlinf_user.evaluation import EvaluationStopped
+    from rlinf_user.policies.base import PolicyUnavailable
     from rlinf_user.robots.teleop.command import DeviceDisconnected
     from rlinf_user.runtime.orchestration.trainer import RunError
 
@@ -201,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     except (EdgeStartError, AuthError) as err:
         console.print(f"[bold red]error:[/] {err}")
         return 1
-    except RunError as err:
+    except (RunError, PolicyUnavailable, EvaluationStopped) as err:
         console.print(f"[bold red]error:[/] {err}")
         return 1
     except (PoorPoseSet, BoardNotFound, CalibrationMismatch) as err:

@@ -1,4 +1,4 @@
-"""The side environments (robosuite's virtualenv, LeRobot's oracle packages) that
+"""The side environments (robosuite's virtualenv, LeRobot's oracle packages, openpi's client) that
 ``scripts/run_tests.sh`` installs in the background while the test lanes start.
 
 ``.side-envs/installing`` holds the installer's process id while it runs and

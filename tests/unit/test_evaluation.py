@@ -98,6 +98,49 @@ def test_episodes_side_by_side_on_several_envs_are_the_same_episodes_in_batched_
         env.close()
 
 
+def test_a_served_policy_that_reconnects_reruns_the_episodes_in_flight_and_one_that_is_gone_keeps_the_finished(reach):
+    """EpisodeInterrupted (the server came back): every episode in flight is listed as
+    interrupted and runs again from its initial state; PolicyUnavailable: the evaluation stops
+    with the episodes it finished, marked incomplete."""
+    from rlinf_user.evaluation import EvaluationStopped
+    from rlinf_user.policies.base import EpisodeInterrupted, PolicyUnavailable
+
+    env, policy = reach
+    clean = evaluate_policy(env, policy, 4)
+    calls, act = [0], policy.act
+
+    def flaky(obs, **kw):
+        calls[0] += 1
+        if calls[0] in (7, 8):  # episode 1, two steps in (episodes last 5 steps); then again at once
+            raise EpisodeInterrupted("the server restarted")
+        return act(obs, **kw)
+
+    policy.act = flaky
+    result = evaluate_policy(env, policy, 4)
+    assert [r["episode"] for r in result["interrupted"]] == [1, 1] and result["interrupted"][0]["length"] == 1
+    assert result["complete"] and result["episodes"] == 4
+    for a, b in zip(clean["per_episode"], result["per_episode"], strict=True):  # the same episodes, in full
+        assert (a["seed"], a["initial_state"], a["length"]) == (b["seed"], b["initial_state"], b["length"])
+    def gone_after_12(obs, **kw):
+        calls[0] += 1
+        if calls[0] > 12:  # two episodes of 5 steps finished, the third in flight
+            raise PolicyUnavailable("gone")
+        return act(obs, **kw)
+
+    def restarting_forever(obs, **kw):
+        raise EpisodeInterrupted("restarting forever")
+
+    calls[0] = 0
+    policy.act = gone_after_12
+    with pytest.raises(EvaluationStopped, match="gone") as stop:
+        evaluate_policy(env, policy, 4)
+    assert stop.value.result["complete"] is False and stop.value.result["episodes"] == 2
+    assert stop.value.result["stopped"] == "gone" and [r["episode"] for r in stop.value.result["per_episode"]] == [0, 1]
+    policy.act = restarting_forever
+    with pytest.raises(EvaluationStopped, match="episode 0 was interrupted 4 times"):
+        evaluate_policy(env, policy, 4)
+
+
 def test_eval_envs_is_checked():
     from rlinf_user.evaluation import eval_env_count
 

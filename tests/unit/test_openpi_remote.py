@@ -13,7 +13,7 @@ import torch
 from rlinf_user.config.compose import compose_config
 from rlinf_user.env.spec import EnvSpec, obs_to_torch
 from rlinf_user.policies.base import build_policy
-from rlinf_user.policies.openpi_remote import OpenpiServerError, packb, unpackb
+from rlinf_user.policies.openpi_client import OpenpiServerError, packb, unpackb
 
 SPEC = EnvSpec(state_dim=8, cameras={"front": (24, 32), "wrist": (16, 16)}, instruction=True)
 
@@ -84,9 +84,13 @@ def test_the_wire_format_round_trips_with_an_independent_codec():
     np.testing.assert_array_equal(unpackb(server_encode({"actions": a}))["actions"], a)
 
 
+# this server answers 8 columns for the 7 actions, up to 1.0 x state (beyond [-1, 1])
+LENIENT = ("policy.surplus_actions=drop", "policy.out_of_range=clip")
+
+
 def test_acts_with_the_servers_chunks_and_sends_the_mapped_observation(server):
     url, seen = server
-    p = remote(url)
+    p = remote(url, *LENIENT)
     o = obs()
     out = p.act(o)
     assert out.actions.shape == (2, 10, 7) and p.horizon == 10
@@ -96,14 +100,15 @@ def test_acts_with_the_servers_chunks_and_sends_the_mapped_observation(server):
     assert set(req) == {"observation/image", "observation/wrist_image", "observation/state", "prompt"}
     assert req["observation/image"].shape == (24, 32, 3) and req["observation/image"].dtype == np.uint8
     assert req["prompt"] == "push it" and req["observation/wrist_image"].shape == (16, 16, 3)
-    assert remote(url, "policy.horizon=4").act(obs(1)).actions.shape == (1, 4, 7)
+    assert remote(url, "policy.horizon=4", *LENIENT).act(obs(1)).actions.shape == (1, 4, 7)
     assert p.client.metadata == {"reset_pose": [0.0, 1.0]}
 
 
 def test_server_errors_and_bad_replies_are_reported(server):
     url, _ = server
-    with pytest.raises(OpenpiServerError, match="(?s)the openpi server failed:.Traceback.*bad image"):
+    with pytest.raises(OpenpiServerError, match=f"the openpi server at {url} failed: ValueError: bad image") as err:
         remote(url).act(obs(1, ["fail"]))
+    assert err.value.details.startswith("Traceback (most recent call last)")  # the whole traceback, for the log
     with pytest.raises(OpenpiServerError, match=r"returned actions of shape \(2, 8\); need \(4"):
         remote(url, "policy.horizon=4").act(obs(1, ["short"]))
     with pytest.raises(OpenpiServerError, match="no openpi policy server at ws://127.0.0.1:9"):
@@ -112,7 +117,25 @@ def test_server_errors_and_bad_replies_are_reported(server):
         remote(url, "policy.request={observation/image: images.side}")
     with pytest.raises(ValueError, match="needs policy.server"):
         build_policy(compose_config(["policy=openpi_remote"]).policy, SPEC)
-    assert torch.is_tensor(remote(url).act(obs(1)).actions)
+    with pytest.raises(OpenpiServerError, match="returned 8 action columns; this env takes 7"):
+        remote(url).act(obs(1))
+    with pytest.raises(OpenpiServerError, match=r"returned actions up to .* in size; the env's actions are in \[-1, 1\]"):
+        remote(url, "policy.surplus_actions=drop", "policy.horizon=10").act(obs(1))
+    assert torch.is_tensor(remote(url, *LENIENT).act(obs(1)).actions)
+
+
+def test_a_request_for_what_the_env_lacks_is_refused_before_connecting():
+    """No server runs here: the mapping is checked against the env first."""
+    plain = EnvSpec(state_dim=8, cameras={"front": (24, 32)})
+    with pytest.raises(ValueError, match="maps 'prompt' to the instruction, but the env gives none"):
+        build_policy(compose_config(["policy=openpi_remote", "policy.server=ws://127.0.0.1:9",
+                                     "policy.request={prompt: instruction, observation/state: state}"]).policy, plain)  # fmt: skip
+    with pytest.raises(ValueError, match="policy.request value 'joints'"):
+        build_policy(compose_config(["policy=openpi_remote", "policy.server=ws://127.0.0.1:9",
+                                     "policy.request={observation/state: joints}"]).policy, plain)  # fmt: skip
+    with pytest.raises(ValueError, match="policy.out_of_range='wrap': refuse or clip"):
+        build_policy(compose_config(["policy=openpi_remote", "policy.server=ws://127.0.0.1:9",
+                                     "policy.request={observation/state: state}", "policy.out_of_range=wrap"]).policy, plain)  # fmt: skip
 
 
 def test_a_request_mapping_given_replaces_the_default_whole():
