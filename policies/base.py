@@ -33,6 +33,7 @@ POLICIES = Registry(
         "lite_vla": "rlinf_user.policies.lite_vla:LiteVLAPolicy",
         "token_vla": "rlinf_user.policies.token_vla:TokenVLAPolicy",
         "openpi_remote": "rlinf_user.policies.openpi_remote:OpenpiRemotePolicy",
+        "steered": "rlinf_user.policies.steered:SteeredPolicy",
     },
     entry_points="rlinf_user.policies",
 )

@@ -125,6 +125,20 @@ class FlowPolicy(Policy):
     def sample_features(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.rollout(feats, noise=True)
 
+    @property
+    def noise_shape(self) -> tuple[int, int]:
+        """One row's initial noise: ``(1, action_dim)`` (steered by ``algo=dsrl``)."""
+        return (1, self.spec.action_dim)
+
+    @torch.no_grad()
+    def act_from_noise(self, obs: dict[str, Any], noise: torch.Tensor) -> torch.Tensor:
+        """The deterministic flow from the given initial noise ``(B, 1, action_dim)``."""
+        feats = self.encoder(obs)
+        a, dt = noise[:, 0].to(feats.dtype), 1.0 / self.steps
+        for k in range(self.steps):
+            a = a + dt * self.velocity(feats, a, feats.new_full((a.shape[0],), k * dt))
+        return torch.tanh(a).unsqueeze(1)
+
     @torch.no_grad()
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
         action, log_prob = self.rollout(self.encoder(obs), noise=not deterministic)

@@ -196,6 +196,17 @@ class FlowVLAPolicy(Policy):
         value = self._value(cache, pad, state)
         return PolicyOutput(self.env_actions(chain[-1]), {Col.SAMPLE: sample, Col.LOG_PROB: logp.flatten(1), Col.VALUE: value})
 
+    @property
+    def noise_shape(self) -> tuple[int, int]:
+        """One row's initial noise: the model's ``(horizon, action_dim)`` (padded width; steered by ``algo=dsrl``)."""
+        return (int(self.model.cfg.horizon), int(self.model.cfg.action_dim))
+
+    @torch.no_grad()
+    def act_from_noise(self, obs: dict[str, Any], noise: torch.Tensor) -> torch.Tensor:
+        """The deterministic flow (no Flow-Noise steps) from the given initial noise."""
+        cache, pad, state = self.prefix(obs)
+        return self.env_actions(self.model.denoise(cache, pad, state, noise.to(state.dtype))[-1])
+
     # -- training -------------------------------------------------------------------------
     def log_prob(self, obs: dict[str, Any], sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-element log-prob (B, H * action_dim) of recorded chains ``sample`` (B, K + 1,

@@ -40,6 +40,7 @@ ALGORITHMS = Registry(
         "ppo": "rlinf_user.algorithms.ppo:PPO",
         "grpo": "rlinf_user.algorithms.ppo:GRPO",
         "iql": "rlinf_user.algorithms.iql:IQL",
+        "dsrl": "rlinf_user.algorithms.dsrl:DSRL",
     },
     entry_points="rlinf_user.algorithms",
 )
@@ -62,6 +63,8 @@ class ReplayPlan:
     # behaviour cloning by default, an offline phase of the algorithm's own losses for IQL)
     warm_start_updates: int = 0
     warm_start_lr: float = 1e-3
+    # the policy's extras each row keeps (algo=dsrl: Col.NOISE, what the steered policy chose)
+    extras: tuple[str, ...] = ()
 
     data_mode: ClassVar[str] = REPLAY
 

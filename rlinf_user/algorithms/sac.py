@@ -130,6 +130,14 @@ class SAC(Algorithm):
     resumes_from = ("sac", "rlpd", "crossq")  # the same networks; only the recipe differs
     requires = ("reparameterised sampling with log-prob",)
     trains_flow: ClassVar[bool] = False  # SAC-Flow: the policy is a flow (policy=flow)
+    # the column the critics score and the actor samples: the env's action, or (DSRL) the
+    # noise a steered flow policy acted from
+    action_key: ClassVar[str] = Col.ACTION
+
+    @staticmethod
+    def actor_width(policy, spec: EnvSpec) -> int:
+        """Width of what the actor samples (the critics' action input)."""
+        return int(getattr(policy, "noise_dim", None) or spec.action_dim)
 
     @classmethod
     def data_plan(cls, algo_cfg) -> ReplayPlan:
@@ -171,9 +179,10 @@ class SAC(Algorithm):
         super().__init__(algo_cfg, policy, spec, device)
         self.crossq = bool(algo_cfg.batch_norm)
         hidden = list(getattr(policy, "hidden", None) or [256, 256])  # critics as wide as the actor
+        width = self.actor_width(policy, spec)
         self.critic = CriticEnsemble(
             policy.encoder.out_dim,
-            spec.action_dim,
+            width,
             hidden,
             algo_cfg.num_critics,
             layer_norm=algo_cfg.critic_layer_norm,
@@ -186,7 +195,7 @@ class SAC(Algorithm):
         self.target_encoder = None if self.crossq else copy.deepcopy(self.critic_encoder).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(float(algo_cfg.init_temperature)).log())
         self.target_entropy = (
-            algo_cfg.target_entropy if algo_cfg.target_entropy is not None else -spec.action_dim / 2.0
+            algo_cfg.target_entropy if algo_cfg.target_entropy is not None else -width / 2.0
         )
         betas = (0.5, 0.999) if self.crossq else (0.9, 0.999)
         self.critic_opt = torch.optim.Adam(
@@ -241,7 +250,7 @@ class SAC(Algorithm):
             with torch.no_grad():
                 actor_next = next_feats if self.shared_encoder else self.policy.encoder(next_obs)
                 next_a, next_logp = self.policy.sample_features(actor_next)
-            q_all = self.critic(torch.cat([feats, next_feats.detach()]), torch.cat([batch[Col.ACTION], next_a]))
+            q_all = self.critic(torch.cat([feats, next_feats.detach()]), torch.cat([batch[self.action_key], next_a]))
             q, next_q = q_all.split(feats.shape[0], dim=1)
             with torch.no_grad():
                 target = reward + discount * (self._target_min(next_q) - backup * alpha * next_logp)
@@ -251,7 +260,7 @@ class SAC(Algorithm):
                 next_a, next_logp = self.policy.sample_features(self.policy.encoder(next_obs))
                 next_q = self.target_critic(self.target_encoder(next_obs), next_a)
                 target = reward + discount * (self._target_min(next_q) - backup * alpha * next_logp)
-            q = self.critic(feats, batch[Col.ACTION])
+            q = self.critic(feats, batch[self.action_key])
         loss = F.mse_loss(q, target.unsqueeze(0).expand_as(q)) * q.shape[0]
         return loss, {"critic_loss": loss.item() / q.shape[0], "q_mean": q.mean().item()}
 
@@ -300,12 +309,12 @@ class SAC(Algorithm):
         """Advantage-weighted regression onto the batch's actions (AWAC), plus the entropy
         term and the BC pull on demo rows as in SAC's loss."""
         with torch.no_grad():
-            q_data = self.critic(feats, batch[Col.ACTION]).mean(dim=0)
+            q_data = self.critic(feats, batch[self.action_key]).mean(dim=0)
             q_pi = self.critic(feats, action.detach()).mean(dim=0)
             adv = q_data - q_pi
             z = adv / adv.std().clamp_min(1e-6)
             w = torch.exp(z / float(self.cfg.awac_beta)).clamp(max=float(self.cfg.awac_max_weight))
-        data_logp = self.policy.log_prob_features(actor_feats, batch[Col.ACTION])
+        data_logp = self.policy.log_prob_features(actor_feats, batch[self.action_key])
         actor_loss = -(w * data_logp).mean() + (self.alpha.detach() * logp).mean()
         if self._has_demo_rows(demo):
             actor_loss = actor_loss + self.cfg.bc_weight * self._bc_term(action, batch, demo, metrics)

@@ -51,6 +51,8 @@ class Col:
     GROUP = "group"  # reset-seed group of the episode (GRPO)
     STEP_REWARDS = "step_rewards"  # action-level credit: each executed action's reward (rows x H)
     CHUNK_STEPS = "chunk_steps"  # action-level credit: actions of the row's chunk that ran
+    # replay extra (algo=dsrl): the unit-box noise a steered flow policy acted from (rows x H*A)
+    NOISE = "noise"
     # added by the learner's side, never sent by an env worker
     ADVANTAGE = "advantage"  # on-policy credit (GAE, GRPO's group scores)
     RETURN = "return"  # the value target that goes with it

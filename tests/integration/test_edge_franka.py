@@ -269,13 +269,13 @@ def _hostile(port: int, low, high, sequences) -> tuple[list[dict], dict]:
 
 @pytest.mark.wallclock
 def test_no_sequence_of_actions_or_chunks_takes_the_tcp_out_of_the_box(edge):
-    """Saturated pushes to every face (and two corners), then saturated rotation about each
+    """Saturated pushes to every face (and a corner), then saturated rotation about each
     axis both ways at the face; all axes saturated one way then the other; chunks that end
     at a face and rotate there. Before the rotational lead shrank near the faces, rotation
     at a face dragged the TCP up to 10.9 mm outside the box (bench_box.py)."""
-    seqs = box_check.hostile_sequences(HZ, corners=box_check.CORNERS[:2], push_s=2.5, rotate_s=0.75,
+    seqs = box_check.hostile_sequences(HZ, corners=box_check.CORNERS[:1], push_s=2.5, rotate_s=0.75,
                                        saturate_s=2.0)  # fmt: skip
-    seqs = [s for s in seqs if not s.name.startswith("chunk")] + [s for s in seqs if s.name.startswith("chunk")][:3]
+    seqs = [s for s in seqs if not s.name.startswith("chunk")] + [s for s in seqs if s.name.startswith("chunk")][:2]
     rows, counters = _hostile(edge.port, LOW, HIGH, seqs)
     worst = max(rows, key=lambda r: r["max_outside_mm"])
     assert worst["max_outside_mm"] <= 2.0, worst

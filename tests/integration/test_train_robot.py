@@ -3,7 +3,7 @@
 The edge daemon runs as on a robot PC (its own process: control loop, safety, franky
 driving franky-sim's MuJoCo Franka over the libfranka protocol); the training side is the
 real Ray runtime (env worker with the remote robot env, learner, weight store). The reach
-task (to 5 cm here) must be learned to 80% of 10 held-out goals (0-10% at 1,000 env
+task (to 5 cm here) must be learned to 80% of 6 held-out goals (0-10% at 1,000 env
 steps) through an emulated lab link (20 ms each way, 20 Mbit/s); the benchmark
 (bench_robot_training.py) learns the 3 cm reach to 90-100%. The robot's duty cycle
 (control ticks that ended a period in which a policy action ran, resets excluded) is
@@ -62,6 +62,8 @@ def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path, lin
                 # homings): every 1000 steps, not the robot config's 600 (the benchmark's
                 # three seeds reached 90% at about 2,000 steps)
                 "eval_every_steps=1000",
+                # 6 held-out goals an evaluation, not the robot config's 10: 80% is 5 of 6
+                "eval_episodes=6",
                 # success within 5 cm, not the robot config's 3: the path to the robot is what
                 # this tests (the benchmark learns the 3 cm reach); at 3 cm a run beside the other
                 # lane took 2,000-5,000 env steps, 9-14 minutes of a core

@@ -21,10 +21,11 @@ ENV_ID_STRIDE = 1000  # env j of worker w is env id w * ENV_ID_STRIDE + j
 
 class TransitionWriter:
     def __init__(self, num_envs: int, worker_id: int, sink, *, on_policy: bool, per_action_credit: bool,
-                 chunk_steps: int):  # fmt: skip
+                 chunk_steps: int, replay_extras: tuple[str, ...] = ()):  # fmt: skip
         self.env_ids = worker_id * ENV_ID_STRIDE + np.arange(num_envs, dtype=np.int64)
         self.env_step = np.zeros(num_envs, dtype=np.int64)  # per-env step sequence number
         self.on_policy = on_policy
+        self.replay_extras = tuple(replay_extras)  # the policy's extras a replay row keeps (ReplayPlan.extras)
         self.decisions = DecisionRows(num_envs, per_action_credit) if on_policy else None  # a row per chunk
         self.chunk_steps = int(chunk_steps)  # rows batched per chunk sent
         self.pending: list[dict[str, np.ndarray]] = []  # one entry of columns per step
@@ -51,6 +52,11 @@ class TransitionWriter:
             closes = live & (step.done | (True if step.random else chunk_used_up))
             self._pend(self.decisions.add(cols, live, closes))
         else:
+            for k in self.replay_extras:
+                if k not in step.extras:
+                    raise RuntimeError(f"the algorithm keeps the policy's {k!r} in every replay row, but this step's "
+                                       f"policy gave none (extras: {sorted(step.extras)})")  # fmt: skip
+                cols[k] = np.asarray(step.extras[k])
             self._pend(cols if live.all() else {k: v[live] for k, v in cols.items()})
         self.env_step += live
         if self.pending_rows >= self.chunk_steps:

@@ -1,0 +1,153 @@
+"""A frozen flow policy steered through its input noise (the acting policy of ``algo=dsrl``).
+
+DSRL (Wagenmaker et al. 2025, "Steering Your Diffusion Policy with Latent Space
+Reinforcement Learning"): a pretrained flow policy maps an observation and an initial
+noise ``w`` to actions by integrating its velocity field. Keep it frozen, and let a small
+actor choose ``w`` from the observation; RL then trains only that actor (and its critics)
+in the noise space, with no gradient through the big model and no change to its weights.
+
+* The base is any policy with :class:`NoiseSteerable` (``flow``, ``pi0``, ``lite_vla``),
+  built from ``base`` (its own policy config) and loaded from ``base_checkpoint`` (a run's
+  ``best.pt``/checkpoint, or a run directory; a pi0/lite_vla folder comes in its own
+  ``policy.checkpoint``). It is held outside the module tree: its weights are in neither
+  this policy's ``state_dict`` nor its ``parameters()``, so they are never trained,
+  published or saved; every process builds the same base from the same file.
+* The noise actor is a tanh-Gaussian over the unit box ``u in [-1, 1]^(H x A)``, on an
+  encoder of its own; the base receives ``w = noise_max * u``. A flow policy is trained
+  from ``w ~ N(0, I)``, so ``noise_max`` (default 1.5) keeps the steering inside the range
+  it has seen. ``u`` is what the replay stores (``Col.NOISE``) and the critics score.
+* Deterministic acts (evaluation) take the actor's mean noise; a fresh actor's mean is
+  about 0, which is the base's own deterministic action.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from omegaconf import OmegaConf
+
+from rlinf_user.env.spec import Col, EnvSpec
+from rlinf_user.policies.actor_critic import TanhGaussianActor
+from rlinf_user.policies.base import Policy, PolicyOutput, build_policy, policy_state_of
+from rlinf_user.policies.encoders import EncoderConfig, build_encoder
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class NoiseSteerable(Protocol):
+    """A flow policy whose initial noise can be given: ``noise_shape`` is ``(H, A)`` of one
+    row's noise; ``act_from_noise`` integrates deterministically from it to ``(B, H, action_dim)``."""
+
+    noise_shape: tuple[int, int]
+
+    def act_from_noise(self, obs: dict[str, Any], noise: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass
+class SteeredPolicyConfig(EncoderConfig):
+    """``algo=dsrl`` wraps the configured flow policy in this one (``policy.base``)."""
+
+    name: str = "steered"
+    base: Any = None  # the frozen flow policy's own config
+    base_checkpoint: str | None = None  # its weights: best.pt, a checkpoint, or a run directory
+    noise_max: float = 1.5  # |w| per element; the flow was trained on w ~ N(0, I)
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+
+
+def base_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], dict | None]:
+    """The policy weights (and the env spec they were trained for) in ``path``: a run
+    directory (its ``checkpoints/best.pt``, else its latest checkpoint) or a file."""
+    p = Path(path)
+    if p.is_dir():
+        ckpts = p / "checkpoints"
+        best = ckpts / "best.pt"
+        latest = ckpts / "latest"
+        if best.exists():
+            p = best
+        elif latest.exists():
+            p = ckpts / latest.read_text().strip()
+        else:
+            raise ValueError(f"base_checkpoint={path}: a directory without checkpoints/best.pt or checkpoints/latest")
+    if not p.is_file():
+        raise ValueError(f"base_checkpoint={path}: no such file")
+    state = torch.load(p, map_location="cpu", weights_only=True)
+    return policy_state_of(state), state.get("spec")
+
+
+class SteeredPolicy(Policy):
+    """Reparameterised over the noise (SAC trains the actor); the base acts."""
+
+    config = SteeredPolicyConfig
+
+    def __init__(self, spec: EnvSpec, base: Policy, encoder, hidden, noise_max: float = 1.5,
+                 log_std_min: float = -5.0, log_std_max: float = 2.0):  # fmt: skip
+        super().__init__(spec)
+        if not isinstance(base, NoiseSteerable):
+            raise ValueError(f"{type(base).__name__} cannot be steered through its noise (a flow policy can: flow, pi0, lite_vla)")
+        if not noise_max > 0:
+            raise ValueError(f"noise_max={noise_max}: > 0")
+        object.__setattr__(self, "base", base.eval().requires_grad_(False))  # not a submodule: never trained, published or saved
+        h, a = base.noise_shape
+        self.noise_shape = (int(h), int(a))
+        self.noise_dim = int(h) * int(a)
+        self.horizon = int(h)
+        self.noise_max = float(noise_max)
+        self.encoder = encoder
+        self.hidden = list(hidden)
+        self.actor = TanhGaussianActor(encoder.out_dim, self.noise_dim, hidden, log_std_min, log_std_max)
+
+    @classmethod
+    def from_config(cls, policy_cfg, spec: EnvSpec) -> SteeredPolicy:
+        base_cfg = policy_cfg.get("base")
+        if base_cfg is None:
+            raise ValueError("policy=steered needs policy.base: the flow policy to steer (algo=dsrl sets it)")
+        base = build_policy(base_cfg, spec)
+        if policy_cfg.get("base_checkpoint"):
+            weights, trained = base_weights(policy_cfg.base_checkpoint)
+            if trained is not None and EnvSpec.from_dict(trained) != spec:
+                raise ValueError(f"base_checkpoint={policy_cfg.base_checkpoint} was trained for {EnvSpec.from_dict(trained)}, "
+                                 f"not this env's {spec}")  # fmt: skip
+            try:
+                base.load_state_dict(weights)
+            except RuntimeError as err:
+                raise ValueError(f"base_checkpoint={policy_cfg.base_checkpoint} does not fit policy={base_cfg.name}: "
+                                 f"{' '.join(str(err).split())[:300]}") from err  # fmt: skip
+        enc_cfg = OmegaConf.to_container(policy_cfg, resolve=True) if OmegaConf.is_config(policy_cfg) else dict(policy_cfg)
+        enc_cfg["encoder"] = enc_cfg.get("encoder") or ("cnn" if spec.cameras else "mlp")
+        encoder = build_encoder(OmegaConf.create({k: v for k, v in enc_cfg.items() if k != "base"}), spec)
+        return cls(spec, base, encoder, list(policy_cfg.hidden), float(policy_cfg.noise_max),
+                   float(policy_cfg.log_std_min), float(policy_cfg.log_std_max))  # fmt: skip
+
+    def _apply(self, fn, recurse: bool = True):
+        """``.to(device)`` and friends reach the base too (it is not a submodule)."""
+        self.base._apply(fn, recurse)
+        return super()._apply(fn, recurse)
+
+    def sample_features(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A unit-box noise ``u`` (reparameterised) and its log-probability (SAC's actor)."""
+        return self.actor.sample(feats)
+
+    def log_prob_features(self, feats: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        return self.actor.log_prob_of(feats, u)
+
+    @torch.no_grad()
+    def actions_for(self, obs: dict[str, Any], u: torch.Tensor) -> torch.Tensor:
+        """What the base does from the unit-box noise ``u`` ``(B, H x A)``: ``(B, H, action_dim)``."""
+        noise = (self.noise_max * u).view(u.shape[0], *self.noise_shape)
+        return self.base.act_from_noise(obs, noise)
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
+        feats = self.encoder(obs)
+        if deterministic:
+            u = torch.tanh(self.actor(feats)[0])
+            return PolicyOutput(self.actions_for(obs, u), {Col.NOISE: u})
+        u, log_prob = self.actor.sample(feats)
+        return PolicyOutput(self.actions_for(obs, u), {Col.NOISE: u, Col.LOG_PROB: log_prob})

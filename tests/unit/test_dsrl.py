@@ -1,0 +1,107 @@
+"""DSRL (``algo=dsrl``): SAC over the input noise of a frozen flow policy. The base's weights
+never change, are never part of what is published or saved, and the noise stays in the
+range the flow was trained on; the config refuses what DSRL cannot learn from."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlinf_user.algorithms.base import build_algorithm, data_plan
+from rlinf_user.config.compose import ConfigError, compose_config, validate
+from rlinf_user.env.registry import make_env
+from rlinf_user.env.spec import Col, EnvSpec, obs_to_torch, stack_obs
+from rlinf_user.policies.base import build_policy
+
+
+@pytest.fixture(scope="module")
+def reach(tmp_path_factory):
+    """A flow policy for reach, saved as a run's best.pt (its spec inside)."""
+    cfg = compose_config(["policy=flow", "policy.hidden=[32,32]"], sim="reach")
+    env = make_env(cfg.env, seed=0)
+    spec = EnvSpec.of_env(env)
+    torch.manual_seed(0)
+    base = build_policy(cfg.policy, spec)
+    run = tmp_path_factory.mktemp("base_run")
+    (run / "checkpoints").mkdir()
+    torch.save({"policy": base.state_dict(), "spec": spec.to_dict(), "version": 7}, run / "checkpoints" / "best.pt")
+    obs = obs_to_torch(stack_obs([env.reset(seed=s)[0] for s in range(4)]))
+    env.close()
+    return spec, base, run, obs
+
+
+def dsrl_cfg(run, *extra):
+    return compose_config(["algo=dsrl", "policy=flow", "policy.hidden=[32,32]", f"algo.base_checkpoint={run}",
+                           "algo.batch_size=16", "algo.noise_hidden=[32,32]", *extra], sim="reach")  # fmt: skip
+
+
+def test_the_steered_policy_acts_through_the_frozen_base_from_noise_in_range(reach):
+    spec, base, run, obs = reach
+    cfg = dsrl_cfg(run)
+    validate(cfg)
+    assert cfg.policy.name == "steered" and cfg.policy.base.name == "flow"  # algo=dsrl wrapped policy=flow
+    algo = build_algorithm(cfg.algo, cfg.policy, spec)
+    p = algo.policy
+    assert p.noise_shape == (1, spec.action_dim) and p.horizon == 1
+    for k, v in base.state_dict().items():  # the base came from the run's best.pt
+        torch.testing.assert_close(p.base.state_dict()[k], v)
+    out = p.act(obs)
+    u = out.extras[Col.NOISE]
+    assert u.shape == (4, 3) and u.abs().max() <= 1.0
+    # the actions are the base's deterministic flow from noise_max x u, nothing else
+    expected = base.act_from_noise(obs, (1.5 * u).view(4, 1, 3))
+    torch.testing.assert_close(out.actions, expected)
+    # zero noise is the base's own deterministic action
+    torch.testing.assert_close(base.act_from_noise(obs, torch.zeros(4, 1, 3)), base.act(obs, deterministic=True).actions)
+    assert data_plan(cfg.algo).extras == (Col.NOISE,) and data_plan(cfg.algo).learning_starts == 0
+
+
+def test_updates_train_the_noise_actor_and_critics_only(reach):
+    spec, _, run, obs = reach
+    cfg = dsrl_cfg(run)
+    algo = build_algorithm(cfg.algo, cfg.policy, spec)
+    p = algo.policy
+    assert not [k for k in p.state_dict() if k.startswith("base")]  # never published, never saved
+    assert {id(q) for q in p.parameters()}.isdisjoint({id(q) for q in p.base.parameters()})
+    base_before = {k: v.clone() for k, v in p.base.state_dict().items()}
+    actor_before = {k: v.clone() for k, v in p.actor.state_dict().items()}
+    b = 16
+    rng = np.random.default_rng(0)
+    batch = {Col.OBS: {Col.STATE: torch.randn(b, spec.state_dim)}, Col.NEXT_OBS: {Col.STATE: torch.randn(b, spec.state_dim)},
+             Col.REWARD: torch.randn(b), Col.TERMINATED: torch.zeros(b),
+             Col.NOISE: torch.as_tensor(rng.uniform(-1, 1, (b, 3)), dtype=torch.float32)}  # fmt: skip
+    for _ in range(3):
+        metrics = algo.update(batch)
+    assert np.isfinite(metrics["critic_loss"]) and "actor_loss" in metrics
+    assert all(torch.equal(base_before[k], v) for k, v in p.base.state_dict().items())
+    assert any(not torch.equal(actor_before[k], v) for k, v in p.actor.state_dict().items())
+    feats = p.encoder(obs)
+    assert algo.critic(feats, torch.zeros(4, 3)).shape == (2, 4)  # the critics score (features, noise)
+    with pytest.raises(RuntimeError):
+        algo.critic(feats, torch.zeros(4, spec.action_dim + 1))
+    # a checkpoint holds the actor and critics; loading it into a fresh one restores the acts
+    state = algo.checkpoint_state()
+    assert not [k for k in state["model"] if ".base." in k]
+    again = build_algorithm(cfg.algo, cfg.policy, spec)
+    again.load_checkpoint_state(state)
+    torch.testing.assert_close(again.policy.act(obs, deterministic=True).actions, p.act(obs, deterministic=True).actions)
+
+
+def test_what_dsrl_cannot_learn_from_is_refused_by_name(reach):
+    spec, _, run, _ = reach
+    for extra, said in [
+        (["algo.learning_starts=100"], "algo.learning_starts=100: DSRL explores with its own noise"),
+        (["algo.demo_ratio=0.5"], "demonstrations train the base policy"),
+        (["intervention.enabled=true"], "cannot learn from a person's corrections yet"),
+    ]:
+        with pytest.raises(ConfigError, match=said):
+            validate(dsrl_cfg(run, *extra))
+    with pytest.raises(ConfigError, match="steers a flow policy through its noise: set policy= to one of flow"):
+        validate(compose_config(["algo=dsrl", "policy=mlp", f"algo.base_checkpoint={run}"], sim="reach"))
+    with pytest.raises(ConfigError, match="set algo.base_checkpoint"):
+        validate(compose_config(["algo=dsrl", "policy=flow"], sim="reach"))
+    with pytest.raises(ConfigError, match=r"algo=dsrl over chunks \(policy.horizon=4"):
+        validate(compose_config(["algo=dsrl", "policy=lite_vla", "policy.horizon=4", f"algo.base_checkpoint={run}"],
+                                sim="reach_color"))  # fmt: skip
+    other = EnvSpec(state_dim=spec.state_dim + 1)  # a checkpoint for another env is refused naming both
+    with pytest.raises(ValueError, match="was trained for"):
+        build_policy(dsrl_cfg(run).policy, other)
