@@ -165,6 +165,24 @@ class RemoteRobotEnv(ContractEnv):
                 log.warning("edge unreachable or busy, retrying (attempt %d)", attempt)
                 time.sleep(0.2)
 
+    def _take_control_and_reset(self, seed):
+        """Control was lost (another client took it, or the move to the controller's socket
+        answered too late and the daemon bound control to the socket this client left): say
+        hello again until a reset is accepted, for up to ``reconnect_s``."""
+        deadline = time.monotonic() + self.reconnect_s
+        attempt = 0
+        while True:
+            attempt += 1
+            self.client.hello()
+            try:
+                return self.client.reset(seed, home=True)
+            except EdgeRefused as err:
+                if err.code != "not_controller" or time.monotonic() > deadline:
+                    raise
+                log.warning("the edge daemon refused the reset after hello (%s); asking for control again "
+                            "(attempt %d)", err, attempt)  # fmt: skip
+                time.sleep(0.2)
+
     def _reset(self, seed):
         if seed is not None:
             self._rng = np.random.default_rng(seed)
@@ -182,8 +200,7 @@ class RemoteRobotEnv(ContractEnv):
         except EdgeRefused as err:
             if err.code != "not_controller":
                 raise
-            self.client.hello()
-            msg = self.client.reset(seed, home=True)
+            msg = self._take_control_and_reset(seed)
         self.task.reset(self._rng, msg.arrays["state"])
         self._last_obs = self._obs(msg)
         self._streaming, self._applied, self._tick = False, None, msg.body.get("tick")
