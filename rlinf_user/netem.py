@@ -134,38 +134,65 @@ class _Direction:
 
 
 class EmulatedLink:
-    """``listen_host:port`` -> ``target_host:target_port`` through an emulated link."""
+    """``listen_host:port`` -> ``target_host:target_port`` through an emulated link; with
+    ``offsets``, ``port + k`` -> ``target_port + k`` too, through the same kind of link (a
+    daemon reached at one port and told to use a neighbour, as the edge daemon's controller
+    socket at ``port + 2``)."""
+
+    BIND_TRIES = 50
 
     def __init__(
         self, target_host: str, target_port: int, spec: LinkSpec, listen_host: str = "127.0.0.1",
-        listen_port: int = 0, seed: int | None = None,
+        listen_port: int = 0, seed: int | None = None, offsets: tuple[int, ...] = (),
     ):  # fmt: skip
         self.target = (target_host, int(target_port))
         self.spec = spec
         self._rng = random.Random(seed)
-        self._srv = socket.create_server((listen_host, listen_port))
-        self.host, self.port = listen_host, self._srv.getsockname()[1]
+        self._servers = self._bind(listen_host, listen_port, tuple(offsets))
+        self.host, self.port = listen_host, self._servers[0][1].getsockname()[1]
         self._socks: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
         self.stats = {"connections": 0, "bytes": 0}
-        threading.Thread(target=self._accept, daemon=True, name="netem-accept").start()
+        for k, srv in self._servers:
+            threading.Thread(target=self._accept, args=(srv, (target_host, int(target_port) + k)),
+                             daemon=True, name="netem-accept").start()  # fmt: skip
         log.info(
-            "emulated link %s:%d -> %s:%d (delay %.1f ms, jitter %.1f ms, %s)", listen_host, self.port,
-            target_host, target_port, spec.delay_ms, spec.jitter_ms, f"{spec.mbit} Mbit/s" if spec.mbit else "no bandwidth limit",
+            "emulated link %s:%d -> %s:%d%s (delay %.1f ms, jitter %.1f ms, %s)", listen_host, self.port,
+            target_host, target_port, f" (and +{', +'.join(map(str, offsets))})" if offsets else "",
+            spec.delay_ms, spec.jitter_ms, f"{spec.mbit} Mbit/s" if spec.mbit else "no bandwidth limit",
         )  # fmt: skip
 
-    def _accept(self) -> None:
+    @classmethod
+    def _bind(cls, host: str, port: int, offsets: tuple[int, ...]) -> list[tuple[int, socket.socket]]:
+        """Listening sockets at ``port`` and ``port + k``; with ``port`` 0, a free base whose
+        neighbours are free too."""
+        for _ in range(cls.BIND_TRIES if port == 0 else 1):
+            first = socket.create_server((host, port))
+            base = first.getsockname()[1]
+            servers = [(0, first)]
+            try:
+                for k in offsets:
+                    servers.append((k, socket.create_server((host, base + k))))
+                return servers
+            except OSError:
+                for _, srv in servers:
+                    srv.close()
+                if port != 0:
+                    raise
+        raise OSError(f"no free port on {host} with free neighbours at +{offsets}")
+
+    def _accept(self, srv: socket.socket, target: tuple[str, int]) -> None:
         while not self._closed:
             try:
-                client, _ = self._srv.accept()
+                client, _ = srv.accept()
             except OSError:
                 return
             try:
-                server = socket.create_connection(self.target, timeout=10)
+                server = socket.create_connection(target, timeout=10)
                 server.settimeout(None)
             except OSError as err:
-                log.warning("emulated link: target %s:%d unreachable (%s)", *self.target, err)
+                log.warning("emulated link: target %s:%d unreachable (%s)", *target, err)
                 client.close()
                 continue
             for s in (client, server):
@@ -178,10 +205,11 @@ class EmulatedLink:
 
     def close(self) -> None:
         self._closed = True
-        try:
-            self._srv.close()
-        except OSError:
-            pass
+        for _, srv in self._servers:
+            try:
+                srv.close()
+            except OSError:
+                pass
         with self._lock:
             for s in self._socks:
                 try:

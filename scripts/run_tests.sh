@@ -21,6 +21,13 @@ for a in "$@"; do
     exit 2
   fi
 done
+# test modules are imported by basename (no packages under tests/): two files of one name
+# would fail collection only when a lane reaches the second, so refuse them up front
+DUPS="$(find tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d)"
+if [ -n "$DUPS" ]; then
+  echo "test files must have distinct names; these appear twice: $DUPS" >&2
+  exit 2
+fi
 MARK="${TEST_MARK:-not hardware and not gpu}"
 LOG="$(mktemp -t wallclock-tests.XXXXXX)"
 if [ "${SIDE_ENVS:-1}" = 1 ]; then
@@ -37,7 +44,7 @@ fi
 # the second lane's CPU-bound part (balanced by the CPU-seconds each test costs:
 # RLINF_TEST_CPU, docs/testing.md)
 TAIL=(tests/unit tests/integration/test_hg_dagger.py tests/integration/test_cli.py tests/integration/test_demos_training.py
-      tests/integration/test_soak.py tests/integration/test_openpi_server.py tests/integration/test_dsrl.py)
+      tests/integration/test_soak.py tests/integration/test_openpi_server.py tests/integration/test_dsrl_learning.py)
 IGNORE=()
 for t in "${TAIL[@]}"; do IGNORE+=("--ignore=$t"); done
 # only the files that hold wallclock tests are collected for them (collecting the whole

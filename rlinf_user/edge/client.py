@@ -197,11 +197,27 @@ class EdgeClient:
     def _move_to_control(self, port: int, body: dict[str, Any], timeout_s: float | None) -> None:
         """Present the session on the controller's socket and send everything there from now
         on; if it cannot be reached (a firewall that opens only the public port), stay on the
-        public socket, which still serves the controller."""
+        public socket, which still serves the controller. The public connection keeps beating
+        while the controller's socket is tried, so the daemon never sees the session go silent
+        (a probe longer than its ``peer_timeout_s`` would otherwise lose control); and a reply
+        that comes too late does no harm: the daemon takes the session's commands from either
+        of its two connections."""
         public, public_monitor = self.sock, self.monitor
         self._open(port)
+        deadline = time.monotonic() + min(timeout_s or self.timeout_s, 3.0)
+        rid = self.send("hello", body)
         try:
-            self.request("hello", body, timeout_s=min(timeout_s or self.timeout_s, 3.0))
+            while True:
+                try:
+                    self.wait(rid, timeout_s=min(self.heartbeat_s / 2, max(deadline - time.monotonic(), 0.0)))
+                    break
+                except EdgeTimeout:
+                    if time.monotonic() >= deadline:
+                        raise
+                    try:
+                        public.send_multipart(encode(Message("ping", 0)), flags=zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass
         except (EdgeTimeout, EdgeRefused, AuthError) as err:
             log.warning("the edge daemon's controller socket :%d is unreachable (%s); commands go "
                         "through its public port, behind other clients' requests", port, err)  # fmt: skip
@@ -209,6 +225,7 @@ class EdgeClient:
             self.monitor.close(0)
             self.sock.close(0)
             self.sock, self.monitor, self.auth_failure = public, public_monitor, None
+            self._last_sent = time.monotonic()
             return
         public.disable_monitor()
         public_monitor.close(0)

@@ -282,7 +282,7 @@ class EdgeDaemon:
     def _on_request(self, sock: zmq.Socket, frames: list[zmq.Frame]) -> None:
         peer: Peer = (sock, frames[0].bytes)
         peer_key = user_id(frames[-1]) if self.auth.enabled else None
-        if not self.control.controls(peer) and not self.limiter.allow(peer_key or peer[1]):
+        if not self.control.controls(peer, peer_key) and not self.limiter.allow(peer_key or peer[1]):
             self.counts["rate_limited"] += 1  # dropped unanswered: answering is work too
             self.throttle.warn("rate-limited requests", "rate-limiting requests from a client that "
                                "does not control the robot (over %g/s)", self.limiter.per_peer_hz)  # fmt: skip
@@ -296,7 +296,7 @@ class EdgeDaemon:
             self.throttle.warn(f"rejected messages ({err.code})", "rejected a message (%s): %s", err.code, err)
             self._reply(peer, error(protocol.request_id(payload), err.code, str(err)))
             return
-        if self.control.controls(peer):
+        if self.control.controls(peer, peer_key):
             self.control.last_seen = time.monotonic()
         kind = msg.kind
         if kind == "hello":
@@ -304,17 +304,20 @@ class EdgeDaemon:
         elif kind == "ping":
             self._reply(peer, Message("pong", msg.rid, {"edge_time": time.monotonic()}))
         elif kind == "bye":
-            if self.control.controls(peer):
+            if self.control.controls(peer, peer_key):
                 self._forward(Message("hold", 0))
                 self.control.release()
             self._reply(peer, Message("ack", msg.rid))
         elif kind == "telemetry":  # read-only: any authenticated client may ask
             self._reply(peer, Message("telemetry", msg.rid, self.telemetry()))
         elif kind in CONTROLLER_KINDS:
-            if not self.control.controls(peer):
+            if not self.control.controls(peer, peer_key):
                 self._reply(peer, error(msg.rid, "not_controller",
                                         "this client does not control the robot: send hello"))  # fmt: skip
                 return
+            if self.control.follow(peer):
+                log.info("the controller's commands now come from its %s socket",
+                         "controller" if sock is self.ctl else "public")  # fmt: skip
             if kind == "act" and "action" not in msg.arrays:
                 self._reply(peer, error(msg.rid, "body", "act needs an 'action' array"))
                 return

@@ -106,7 +106,9 @@ class RemoteRobotEnv(ContractEnv):
         host, port, link = edge.host, int(edge.port), None
         spec = LinkSpec.from_config(edge.get("link"))
         if spec is not None:  # through an emulated long link living in this process
-            link = EmulatedLink(host, port, spec)
+            # the controller's socket (the daemon's default, port + 2) travels the same link; a
+            # daemon with another control_port is reached on its public port alone
+            link = EmulatedLink(host, port, spec, offsets=(2,))
             host, port = link.host, link.port
         client = EdgeClient(
             host, port,
@@ -166,9 +168,10 @@ class RemoteRobotEnv(ContractEnv):
                 time.sleep(0.2)
 
     def _take_control_and_reset(self, seed):
-        """Control was lost (another client took it, or the move to the controller's socket
-        answered too late and the daemon bound control to the socket this client left): say
-        hello again until a reset is accepted, for up to ``reconnect_s``."""
+        """Control was lost (the daemon heard nothing from this client for its peer timeout, or
+        another client took the robot meanwhile): say hello again until a reset is accepted,
+        for up to ``reconnect_s``; another client in control ends it (its hello is refused
+        as busy)."""
         deadline = time.monotonic() + self.reconnect_s
         attempt = 0
         while True:

@@ -33,9 +33,9 @@ from contract_checks import (  # noqa: E402
 from edge_helpers import EdgeProcess, TcpLink, free_ports  # noqa: E402
 
 from rlinf_user.edge.client import EdgeClient, EdgeRefused  # noqa: E402
-from rlinf_user.edge.protocol import Message, encode  # noqa: E402
+from rlinf_user.edge.protocol import PROTOCOL_VERSION, Message, decode, encode  # noqa: E402
 from rlinf_user.edge.remote_env import RemoteRobotEnv  # noqa: E402
-from rlinf_user.edge.security import AuthError, keygen  # noqa: E402
+from rlinf_user.edge.security import AuthError, client_options, keygen  # noqa: E402
 from rlinf_user.env.spec import Col  # noqa: E402
 
 HZ = 50.0
@@ -364,8 +364,10 @@ def test_the_controller_socket_admits_only_the_controller_and_a_tunnel_of_one_po
         c.close()
     link_port = free_ports(3)
     link = TcpLink(link_port, edge.port)  # only the public port is forwarded
+    # the controller's socket is tried for 3 s, three times the daemon's peer timeout: the
+    # public connection beats meanwhile, so the session is still in control after it
     c = EdgeClient("127.0.0.1", link_port, server_public_key=str(keys["edge_public"]),
-                   client_secret_key=str(keys["client_secret"]), timeout_s=1.0)  # fmt: skip
+                   client_secret_key=str(keys["client_secret"]), timeout_s=3.0)  # fmt: skip
     try:
         c.hello()
         assert not c.on_control
@@ -374,6 +376,55 @@ def test_the_controller_socket_admits_only_the_controller_and_a_tunnel_of_one_po
     finally:
         c.close()
         link.close()
+        wait_until_free(edge, keys)
+
+
+def test_a_late_reply_from_the_controller_socket_leaves_the_client_in_control_where_it_stayed(edge, keys):
+    """The daemon binds control to the controller's socket, but the client gave up waiting
+    for that reply and carries on over the public connection that asked: its commands are
+    taken there, and heartbeats follow them."""
+    ctx = zmq.Context.instance()
+
+    def dealer(port):
+        sock = ctx.socket(zmq.DEALER)
+        sock.linger = 0
+        for opt, value in client_options(str(keys["edge_public"]), str(keys["client_secret"])).items():
+            sock.setsockopt(opt, value)
+        sock.connect(f"tcp://127.0.0.1:{port}")
+        return sock
+
+    def ask(sock, kind, rid, body=None, arrays=None):
+        sock.send_multipart(encode(Message(kind, rid, body or {}, arrays or {})))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if sock.poll(100):
+                msg = decode(sock.recv_multipart())
+                if msg.rid == rid:
+                    return msg
+        raise AssertionError(f"no reply to {kind}")
+
+    hello = {"client": "late", "session": "a-late-session", "protocol": PROTOCOL_VERSION}
+    public = dealer(edge.port)
+    try:
+        assert ask(public, "hello", 1, hello).kind == "welcome"
+        control = dealer(edge.port + 2)
+        assert ask(control, "hello", 2, hello).kind == "welcome"  # control is bound there now
+        control.close()  # ... by a client that had already gone back to the public socket
+        reply = ask(public, "reset", 3, {"seed": 0, "options": {"home": True}})
+        assert reply.kind == "obs", reply.body
+        assert ask(public, "act", 4, arrays={"action": np.zeros(7, np.float32)}).kind == "obs"
+        # the daemon's own heartbeats (rid 0; the client's pings here carry rid 99) come back
+        # on the public connection
+        deadline, beats = time.monotonic() + 3, 0
+        while time.monotonic() < deadline and not beats:
+            public.send_multipart(encode(Message("ping", 99)))
+            if public.poll(200):
+                msg = decode(public.recv_multipart())
+                beats += msg.kind == "pong" and msg.rid == 0
+        assert beats
+        assert ask(public, "bye", 5).kind == "ack"
+    finally:
+        public.close()
         wait_until_free(edge, keys)
 
 

@@ -110,3 +110,41 @@ def test_bad_link_settings_are_named():
         LinkSpec.from_config({"delay": 50})
     assert LinkSpec.from_config({"delay_ms": 50, "mbit": 20}) == LinkSpec(delay_ms=50, mbit=20)
     assert LinkSpec.from_config(None) is None
+
+
+def _tagged_server(srv: socket.socket, tag: bytes) -> None:
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(tag + conn.recv(64))
+
+    threading.Thread(target=serve, daemon=True).start()
+
+
+def test_neighbour_ports_travel_the_link_to_the_targets_neighbours():
+    for _ in range(50):  # a target port whose neighbour at +2 is free too
+        public = socket.create_server(("127.0.0.1", 0))
+        try:
+            control = socket.create_server(("127.0.0.1", public.getsockname()[1] + 2))
+            break
+        except OSError:
+            public.close()
+    target = public.getsockname()[1]
+    _tagged_server(public, b"public:")
+    _tagged_server(control, b"control:")
+    try:
+        with EmulatedLink("127.0.0.1", target, LinkSpec(delay_ms=30), offsets=(2,)) as link:
+            for k, tag in ((0, b"public:"), (2, b"control:")):
+                with socket.create_connection(("127.0.0.1", link.port + k)) as s:
+                    t0 = time.monotonic()
+                    s.sendall(b"x")
+                    assert recv_n(s, len(tag) + 1) == tag + b"x"
+                    assert time.monotonic() - t0 >= 0.055  # both ways delayed, on both ports
+            assert link.stats["connections"] == 2
+    finally:
+        public.close()
+        control.close()
