@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.live import Live
 from rich.table import Table
 
-from rlinf_user.runtime.orchestration.run_record import RECENT_EPISODES, Progress
+from rlinf_user.runtime.orchestration.run_record import RECENT_EPISODES, Progress, describe_fall
 
 
 def progress_table(p: Progress, total_steps: int, title: str) -> Table:
@@ -18,6 +18,10 @@ def progress_table(p: Progress, total_steps: int, title: str) -> Table:
     t.add_row(f"success (last {RECENT_EPISODES} episodes)", f"{p.recent_success:.0%}")
     t.add_row("eval success (latest)", p.eval_detail or "-")
     t.add_row("eval success (best)", "-" if p.eval_success is None else f"{p.best_eval_success:.0%}")
+    if p.eval_fall:
+        t.add_row("[yellow]eval fell from its best[/]", f"[yellow]{describe_fall(p.eval_fall)}; checkpoints/best.pt kept[/]")
+    if p.recent_fall:
+        t.add_row("[yellow]training success fell from its best[/]", f"[yellow]{describe_fall(p.recent_fall)}[/]")
     t.add_row("env steps/s", f"{p.env_steps_per_s:,.0f}")
     t.add_row("updates (updates/s)", f"{p.updates:,} ({p.updates_per_s:,.0f}/s)")
     t.add_row("policy version", f"{p.version}")

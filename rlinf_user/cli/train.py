@@ -48,6 +48,7 @@ def _pct(v) -> str:
 def print_summary(console, s: dict, run_dir) -> None:
     """The end-of-run table: what stopped it, which policy is kept, how to evaluate it."""
     from rlinf_user.evaluation import describe_eval
+    from rlinf_user.runtime.orchestration.run_record import describe_fall
 
     console.print()
     table = Table(title="training finished", show_header=False, expand=False)
@@ -64,6 +65,10 @@ def print_summary(console, s: dict, run_dir) -> None:
     if best:
         table.add_row("kept policy (best validation)",
                       f"{best['checkpoint']} (v{best['policy_version']}, validation success {best['eval_success']:.0%})")
+    fell = s.get("fell_from_best") or {}
+    for what, label in (("evaluation", "validation"), ("training", "training episodes")):
+        if fell.get(what):
+            table.add_row(f"[yellow]{label} success fell from its best[/]", f"[yellow]{describe_fall(fell[what])}[/]")
     test = s.get("test_eval")
     if test:
         table.add_row(f"[bold]kept policy on the test seeds[/] ({test['policy']}, v{test['policy_version']})",

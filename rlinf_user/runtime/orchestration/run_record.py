@@ -1,5 +1,6 @@
 """What a run records as it goes: progress, per-member statistics, TensorBoard scalars,
-the evaluation history and the best policy (``checkpoints/best.pt``)."""
+the evaluation history, the best policy (``checkpoints/best.pt``) and whether success has
+fallen from its best (:class:`BestWatch`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,42 @@ def root_cause(err: BaseException) -> str:
     return lines[-1].strip() if lines else repr(err)
 
 
+class BestWatch:
+    """The best of a success rate so far and whether the latest has fallen below that best's
+    own 95% interval: a run that learned and then lost it, told apart from one whose
+    success wobbles within its noise (the best of several noisy measurements is itself
+    biased up, so the bar is its interval's bottom, not its value)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.best: float | None = None
+        self.best_ci95: tuple[float, float] = (0.0, 1.0)
+        self.best_at: int = 0  # env steps
+        self.fall: dict[str, Any] | None = None
+
+    def update(self, rate: float, ci95: tuple[float, float], env_steps: int) -> dict[str, Any] | None:
+        """Book a new value; the fall (or None) it leaves."""
+        if self.best is None or rate > self.best:
+            self.best, self.best_ci95, self.best_at = rate, (ci95[0], ci95[1]), int(env_steps)
+        if rate < self.best_ci95[0]:
+            if self.fall is None:
+                log.warning("%s success fell from its best %.0f%% (%.0f-%.0f%%, at %d env steps) to %.0f%%", self.what,
+                            100 * self.best, 100 * self.best_ci95[0], 100 * self.best_ci95[1], self.best_at, 100 * rate)  # fmt: skip
+            self.fall = {"best": self.best, "best_ci95": list(self.best_ci95), "best_at_env_steps": self.best_at,
+                         "now": rate, "ci95": [ci95[0], ci95[1]], "at_env_steps": int(env_steps)}  # fmt: skip
+        else:
+            self.fall = None
+        return self.fall
+
+
+def describe_fall(fall: dict[str, Any]) -> str:
+    """``"78% (65%-87%), below its best 94% (84%-98%) at 5,000 env steps"``."""
+    lo, hi = fall["ci95"]
+    blo, bhi = fall["best_ci95"]
+    return (f"{fall['now']:.0%} ({lo:.0%}-{hi:.0%}), below its best {fall['best']:.0%} ({blo:.0%}-{bhi:.0%}) "
+            f"at {fall['best_at_env_steps']:,} env steps")  # fmt: skip
+
+
 @dataclass
 class Progress:
     env_steps: int = 0
@@ -40,6 +77,8 @@ class Progress:
     eval_success: float | None = None
     eval_detail: str | None = None  # the latest evaluation in words: rate, interval, states
     best_eval_success: float = 0.0
+    eval_fall: dict[str, Any] | None = None  # the latest evaluation is below the best by more than its interval
+    recent_fall: dict[str, Any] | None = None  # the same for the last RECENT_EPISODES training episodes
     env_steps_per_s: float = 0.0
     updates_per_s: float = 0.0
     worker_restarts: int = 0
@@ -63,6 +102,8 @@ class RunRecord:
         self.recent: deque = deque(maxlen=RECENT_EPISODES)
         self.supervised_recent: deque = deque(maxlen=20)
         self.best: dict[str, Any] | None = None
+        self.eval_watch = BestWatch("evaluation")
+        self.recent_watch = BestWatch(f"training (last {RECENT_EPISODES} episodes)")
         self._tb = None
         best = self.run_dir / "checkpoints" / "best.pt"
         if best.exists():  # a resumed run: only a better evaluation replaces it
@@ -71,6 +112,8 @@ class RunRecord:
             state = torch.load(best, map_location="cpu", weights_only=True)
             self.progress.best_eval_success = float(state["eval_success"])
             self.best = {"checkpoint": str(best), "policy_version": int(state["version"]), "eval_success": float(state["eval_success"])}
+            self.eval_watch.best, self.eval_watch.best_at = self.progress.best_eval_success, int(state.get("env_steps", 0))
+            self.eval_watch.best_ci95 = tuple(state.get("eval_ci95", (0.0, 1.0)))
 
     def open_tensorboard(self) -> None:
         try:
@@ -119,6 +162,11 @@ class RunRecord:
         if self.recent:
             p.recent_success = float(np.mean([e["success"] for e in self.recent]))
             p.recent_return = float(np.mean([e["return"] for e in self.recent]))
+        if r["episodes"] and len(self.recent) == RECENT_EPISODES:  # a full window only
+            from rlinf_user.evaluation import wilson
+
+            wins = sum(bool(e["success"]) for e in self.recent)
+            p.recent_fall = self.recent_watch.update(p.recent_success, wilson(wins, RECENT_EPISODES), p.env_steps)
 
     def member_stats(self, members, status: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Per fleet member: env steps, episodes, recent success, worker states, nodes."""
@@ -145,6 +193,8 @@ class RunRecord:
         if "policy_state" in result and p.eval_success > p.best_eval_success:
             self._save_best(result, steps, spec)
         p.best_eval_success = max(p.best_eval_success, p.eval_success)
+        if not result.get("deterministic_reset"):  # one trial has no interval to fall by
+            p.eval_fall = self.eval_watch.update(p.eval_success, tuple(result["success_ci95"]), steps)
         row = {
             "env_steps": steps,
             "wall_seconds": round(wall, 2),

@@ -192,6 +192,9 @@ class Trainer(Supervision):
             "final_eval_success": final["success_rate"],
             "final_eval": {k: final.get(k) for k in EVAL_ACCOUNTING},
             "best_eval_success": p.best_eval_success,
+            # where success ended below its best by more than its interval (None: it held)
+            "fell_from_best": {"evaluation": p.eval_fall, "training": p.recent_fall},
+            "best_recent_success": self.record.recent_watch.best,
             "checkpoint": ckpt,
             "best": self.record.best,
             "test_eval": test,
