@@ -65,6 +65,10 @@ class ReplayPlan:
     warm_start_lr: float = 1e-3
     # the policy's extras each row keeps (algo=dsrl: Col.NOISE, what the steered policy chose)
     extras: tuple[str, ...] = ()
+    # a chunk of several env steps is one row (algo=dsrl: its noise was chosen once for the
+    # chunk): each action's reward in Col.STEP_REWARDS and how many ran in Col.CHUNK_STEPS, so
+    # the target sums them discounted and bootstraps with gamma^k (SAC._critic_loss)
+    chunk_rows: bool = False
 
     data_mode: ClassVar[str] = REPLAY
 

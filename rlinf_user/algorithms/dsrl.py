@@ -18,9 +18,14 @@ What it does not take (refused by name, not ignored):
   action by running the flow backwards is the way in for corrections, not built yet;
 * uniformly random actions first (``algo.learning_starts > 0``): exploration is the actor's
   own noise around the base's behaviour, from the first step;
-* chunk policies whose chunk runs as several env steps (``horizon > 1``): the noise is
-  chosen once per chunk, so a chunk must be one transition with its discounted reward sum;
-  the replay path writes one row per env step today.
+* n-step returns over chunks (``algo.n_step > 1`` with ``policy.horizon > 1``).
+
+A chunk policy's noise is chosen once per chunk (``H x A`` numbers), so a chunk is one
+transition (``ReplayPlan.chunk_rows``): the env worker folds the steps it ran into one row
+that keeps each action's reward, and the critic's target is their sum discounted step by
+step plus ``gamma^k`` times the value after the ``k`` steps that ran (fewer than ``H`` when
+the episode ended inside the chunk). A chunk the edge daemon ran on its own clock is the
+same row: the steps it streamed back are what the worker folds.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ class DSRL(SAC):
         return ReplayPlan(
             batch_size=int(algo_cfg.batch_size), utd_ratio=float(algo_cfg.utd_ratio), learning_starts=0,
             n_step=int(algo_cfg.n_step), gamma=float(algo_cfg.gamma), paced=bool(algo_cfg.paced), extras=(Col.NOISE,),
+            chunk_rows=True,
         )  # fmt: skip
 
     @classmethod
@@ -94,9 +100,9 @@ class DSRL(SAC):
             out.append("algo=dsrl trains its noise actor with SAC's reparameterised loss (algo.actor_loss=reparam)")
         if not float(algo_cfg.noise_max) > 0:
             out.append(f"algo.noise_max={algo_cfg.noise_max}: > 0")
-        if name in ("pi0", "lite_vla") and int(base.get("horizon") or 0) != 1:
-            out.append(f"algo=dsrl over chunks (policy.horizon={base.get('horizon')}: the model's chunk) needs a chunk to "
-                       "be one transition; not built yet: policy.horizon=1")  # fmt: skip
+        if int(base.get("horizon") or 1) > 1 and int(algo_cfg.n_step) > 1:
+            out.append(f"algo.n_step={algo_cfg.n_step} with chunks of policy.horizon={base.get('horizon')}: a chunk is "
+                       "one transition whose target already discounts its steps; set algo.n_step=1")  # fmt: skip
         return out
 
     @classmethod

@@ -236,11 +236,24 @@ class SAC(Algorithm):
             q = q[idx]
         return q.min(dim=0).values
 
+    def _returns(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's reward and the bootstrap's factor: gamma^k, 0 after a terminal state
+        (k: the buffer's n-step window, the steps of a chunk row, else 1)."""
+        gamma, done = self.cfg.gamma, batch[Col.TERMINATED]
+        if Col.DISCOUNT in batch:  # n-step returns from the buffer
+            reward, discount = batch[Col.REWARD], batch[Col.DISCOUNT]
+        elif Col.STEP_REWARDS in batch:  # a chunk as one row: its actions' rewards, discounted
+            steps = batch[Col.STEP_REWARDS]
+            powers = gamma ** torch.arange(steps.shape[-1], device=steps.device, dtype=steps.dtype)
+            reward = (steps * powers).sum(-1)
+            discount = gamma ** batch[Col.CHUNK_STEPS].to(steps.dtype) * (1.0 - done)
+        else:
+            reward, discount = batch[Col.REWARD], gamma * (1.0 - done)
+        return reward * self.cfg.reward_scale, discount
+
     def _critic_loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
         obs, next_obs = batch[Col.OBS], batch[Col.NEXT_OBS]
-        reward = batch[Col.REWARD] * self.cfg.reward_scale
-        # the bootstrap's factor: gamma^k (0 after a terminal state), the buffer's with n-step returns
-        discount = batch[Col.DISCOUNT] if Col.DISCOUNT in batch else self.cfg.gamma * (1.0 - batch[Col.TERMINATED])
+        reward, discount = self._returns(batch)
         alpha = self.alpha.detach()
         backup = 1.0 if self.cfg.backup_entropy else 0.0
         enc = self.critic_encoder

@@ -53,6 +53,21 @@ def test_the_steered_policy_acts_through_the_frozen_base_from_noise_in_range(rea
     # zero noise is the base's own deterministic action
     torch.testing.assert_close(base.act_from_noise(obs, torch.zeros(4, 1, 3)), base.act(obs, deterministic=True).actions)
     assert data_plan(cfg.algo).extras == (Col.NOISE,) and data_plan(cfg.algo).learning_starts == 0
+    assert data_plan(cfg.algo).chunk_rows  # a chunk's noise is chosen once: a chunk is one row
+
+
+def test_a_chunk_rows_target_discounts_its_steps_and_bootstraps_after_those_that_ran(reach):
+    spec, _, run, _ = reach
+    algo = build_algorithm(dsrl_cfg(run, "algo.gamma=0.9").algo, dsrl_cfg(run).policy, spec)
+    batch = {Col.STEP_REWARDS: torch.tensor([[1.0, 2.0, 4.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]),
+             Col.CHUNK_STEPS: torch.tensor([3, 1, 3]), Col.TERMINATED: torch.tensor([0.0, 1.0, 0.0]),
+             Col.REWARD: torch.tensor([7.0, 1.0, 1.0])}  # fmt: skip
+    reward, discount = algo._returns(batch)
+    torch.testing.assert_close(reward, torch.tensor([1 + 0.9 * 2 + 0.81 * 4, 1.0, 0.81]))
+    torch.testing.assert_close(discount, torch.tensor([0.729, 0.0, 0.729]))
+    # one-step rows (no chunk columns) keep gamma and the reward as they are
+    reward, discount = algo._returns({Col.REWARD: torch.tensor([2.0]), Col.TERMINATED: torch.tensor([0.0])})
+    torch.testing.assert_close((reward, discount), (torch.tensor([2.0]), torch.tensor([0.9])))
 
 
 def test_updates_train_the_noise_actor_and_critics_only(reach):
@@ -99,9 +114,9 @@ def test_what_dsrl_cannot_learn_from_is_refused_by_name(reach):
         validate(compose_config(["algo=dsrl", "policy=mlp", f"algo.base_checkpoint={run}"], sim="reach"))
     with pytest.raises(ConfigError, match="set algo.base_checkpoint"):
         validate(compose_config(["algo=dsrl", "policy=flow"], sim="reach"))
-    with pytest.raises(ConfigError, match=r"algo=dsrl over chunks \(policy.horizon=4"):
-        validate(compose_config(["algo=dsrl", "policy=lite_vla", "policy.horizon=4", f"algo.base_checkpoint={run}"],
-                                sim="reach_color"))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"algo.n_step=3 with chunks of policy.horizon=4"):
+        validate(compose_config(["algo=dsrl", "policy=lite_vla", "policy.horizon=4", "algo.n_step=3",
+                                 f"algo.base_checkpoint={run}"], sim="reach_color"))  # fmt: skip
     other = EnvSpec(state_dim=spec.state_dim + 1)  # a checkpoint for another env is refused naming both
     with pytest.raises(ValueError, match="was trained for"):
         build_policy(dsrl_cfg(run).policy, other)

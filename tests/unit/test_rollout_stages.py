@@ -101,6 +101,31 @@ def test_on_policy_rows_fold_a_chunks_steps_into_one_decision(reach):
     assert Col.LOG_PROB in rows and Col.VALUE in rows  # the policy's extras travel with the row
 
 
+def test_replay_chunk_rows_fold_a_chunks_steps_keeping_each_reward_and_the_noise_chosen(reach):
+    """algo=dsrl's plan: a chunk whose noise was chosen once is one replay row; an episode
+    that ends inside a chunk ends its row there (env.max_episode_steps=3, chunks of 2)."""
+    cfg, envs, spec, _ = reach
+    obs = envs.reset(seed=0)
+    writer = TransitionWriter(4, 0, None, on_policy=False, per_action_credit=False, chunk_steps=1000,
+                              replay_extras=(Col.NOISE,), chunk_rows=True)  # fmt: skip
+    rewards, first_obs = [], obs[Col.STATE].copy()
+    for k in range(3):
+        step = _step(envs, np.zeros((4, spec.contract_action_dim), np.float32))
+        step.obs, step.extras = obs, {Col.NOISE: np.full((4, 6), float(k // 2), np.float32)}
+        rewards.append(step.reward.copy())
+        writer.write(step, step.next_obs, np.full(4, k % 2 == 1), 2)
+        obs = step.next_obs
+    rows = {k: np.concatenate([p[k] for p in writer.pending]) for k in writer.pending[0]}
+    assert len(rows[Col.REWARD]) == 8 and rows[Col.STEP].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    first, last = slice(0, 4), slice(4, 8)
+    np.testing.assert_array_equal(rows[Col.OBS + "/" + Col.STATE][first], first_obs)  # the chunk's first step
+    np.testing.assert_allclose(rows[Col.STEP_REWARDS][first], np.stack(rewards[:2], 1))
+    assert rows[Col.CHUNK_STEPS].tolist() == [2, 2, 2, 2, 1, 1, 1, 1]
+    np.testing.assert_allclose(rows[Col.STEP_REWARDS][last], np.stack([rewards[2], np.zeros(4)], 1))
+    assert (rows[Col.NOISE][first] == 0).all() and (rows[Col.NOISE][last] == 1).all()
+    assert (rows[Col.TRUNCATED][last] == 1).all()  # the episode's end closed the second chunk after one step
+
+
 def test_the_episode_book_records_ended_episodes_with_what_hooks_add(reach):
     cfg, envs, spec, _ = reach
 

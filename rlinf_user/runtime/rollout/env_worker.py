@@ -97,7 +97,8 @@ class EnvWorker:
         self.writer = TransitionWriter(self.envs.num_envs, worker_id, sink, on_policy=self.on_policy,
                                        per_action_credit=self.on_policy and plan.per_action_credit,
                                        chunk_steps=int(cfg.buffer.chunk_steps),
-                                       replay_extras=() if self.on_policy else tuple(plan.extras))  # fmt: skip
+                                       replay_extras=() if self.on_policy else tuple(plan.extras),
+                                       chunk_rows=not self.on_policy and plan.chunk_rows)  # fmt: skip
         self.book = EpisodeBook(self.envs.num_envs, self.member_name)
         self.env_steps = 0
         self.obs = self.envs.reset(seeds=self.groups.seeds()) if self.groups else self.envs.reset(seed=seed)

@@ -1,7 +1,7 @@
 """Transition writer: each step's rows as ``Col`` columns, stamped with the acting policy
 version, env id, step number and intervention flag (plus the policy's log-prob, value and
 sample for on-policy algorithms, a chunk's steps folded into one row by
-:class:`~.chunks.DecisionRows`), batched and sent to the sink as numbered chunks
+:class:`~.chunks.DecisionRows`, as for replay plans with ``chunk_rows``), batched and sent to the sink as numbered chunks
 (:class:`~.chunk_sender.ChunkSender`: windowed, resent after a sink dies)."""
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ ENV_ID_STRIDE = 1000  # env j of worker w is env id w * ENV_ID_STRIDE + j
 
 class TransitionWriter:
     def __init__(self, num_envs: int, worker_id: int, sink, *, on_policy: bool, per_action_credit: bool,
-                 chunk_steps: int, replay_extras: tuple[str, ...] = ()):  # fmt: skip
+                 chunk_steps: int, replay_extras: tuple[str, ...] = (), chunk_rows: bool = False):  # fmt: skip
         self.env_ids = worker_id * ENV_ID_STRIDE + np.arange(num_envs, dtype=np.int64)
         self.env_step = np.zeros(num_envs, dtype=np.int64)  # per-env step sequence number
         self.on_policy = on_policy
         self.replay_extras = tuple(replay_extras)  # the policy's extras a replay row keeps (ReplayPlan.extras)
-        self.decisions = DecisionRows(num_envs, per_action_credit) if on_policy else None  # a row per chunk
+        # a row per chunk: on-policy, and replay rows of a chunk whose steps share one choice
+        # (each action's reward kept: the target discounts them)
+        self.decisions = DecisionRows(num_envs, per_action_credit or not on_policy) if on_policy or chunk_rows else None
         self.chunk_steps = int(chunk_steps)  # rows batched per chunk sent
         self.pending: list[dict[str, np.ndarray]] = []  # one entry of columns per step
         self.pending_rows = 0
@@ -57,7 +59,11 @@ class TransitionWriter:
                     raise RuntimeError(f"the algorithm keeps the policy's {k!r} in every replay row, but this step's "
                                        f"policy gave none (extras: {sorted(step.extras)})")  # fmt: skip
                 cols[k] = np.asarray(step.extras[k])
-            self._pend(cols if live.all() else {k: v[live] for k, v in cols.items()})
+            if self.decisions is not None:
+                self.decisions.width = chunk_width
+                self._pend(self.decisions.add(cols, live, live & (step.done | chunk_used_up)))
+            else:
+                self._pend(cols if live.all() else {k: v[live] for k, v in cols.items()})
         self.env_step += live
         if self.pending_rows >= self.chunk_steps:
             self.flush()
