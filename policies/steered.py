@@ -97,7 +97,6 @@ class SteeredPolicy(Policy):
         h, a = base.noise_shape
         self.noise_shape = (int(h), int(a))
         self.noise_dim = int(h) * int(a)
-        self.horizon = int(h)
         self.noise_max = float(noise_max)
         self.encoder = encoder
         self.hidden = list(hidden)
@@ -124,6 +123,12 @@ class SteeredPolicy(Policy):
         encoder = build_encoder(OmegaConf.create({k: v for k, v in enc_cfg.items() if k != "base"}), spec)
         return cls(spec, base, encoder, list(policy_cfg.hidden), float(policy_cfg.noise_max),
                    float(policy_cfg.log_std_min), float(policy_cfg.log_std_max))  # fmt: skip
+
+    @property
+    def horizon(self) -> int:
+        """The actions of a chunk executed: the base's (a served flow may run fewer than its
+        noise's H)."""
+        return int(getattr(self.base, "horizon", self.noise_shape[0]))
 
     def _apply(self, fn, recurse: bool = True):
         """``.to(device)`` and friends reach the base too (it is not a submodule)."""

@@ -2,7 +2,9 @@
 
 Wagenmaker et al. 2025, "Steering Your Diffusion Policy with Latent Space Reinforcement
 Learning". The configured flow policy (``policy=flow``, ``pi0``, ``lite_vla``) is loaded from
-``algo.base_checkpoint`` (or its own ``policy.checkpoint`` folder) and frozen; at compose,
+``algo.base_checkpoint`` (or its own ``policy.checkpoint`` folder) and frozen, or served
+(``policy=openpi_remote`` with ``policy.noise_shape``: an openpi server that takes the
+noise, ``scripts/serve_openpi_steerable.py``); at compose,
 this algorithm wraps it in :class:`~rlinf_user.policies.steered.SteeredPolicy`, whose small
 tanh-Gaussian actor chooses the flow's input noise from the observation. SAC then trains
 that actor and its critics ``Q(s, u)`` on rows whose "action" is the chosen unit-box noise
@@ -40,7 +42,9 @@ from rlinf_user.algorithms.sac import SAC, SACConfig
 from rlinf_user.env.spec import Col
 from rlinf_user.policies.steered import SteeredPolicyConfig
 
-STEERABLE = ("flow", "pi0", "lite_vla")  # the policies with NoiseSteerable (rlinf_user.policies.steered)
+# the policies with NoiseSteerable (rlinf_user.policies.steered); openpi_remote: a served
+# flow (scripts/serve_openpi_steerable.py) with policy.noise_shape set
+STEERABLE = ("flow", "pi0", "lite_vla", "openpi_remote")
 
 
 @dataclass
@@ -69,7 +73,10 @@ class DSRL(SAC):
         base = cfg.policy
         if str(base.name) == "steered":  # composed again from a run's resolved config
             return
-        steered = {"name": "steered", "base": OmegaConf.to_container(base, resolve=True),
+        base = OmegaConf.to_container(base, resolve=True)
+        if base.get("name") == "openpi_remote":  # the learner builds it for its shapes: no connection there
+            base["connect"] = "first_use"
+        steered = {"name": "steered", "base": base,
                    "base_checkpoint": cfg.algo.base_checkpoint, "noise_max": float(cfg.algo.noise_max),
                    "hidden": list(cfg.algo.noise_hidden)}  # fmt: skip
         cfg.policy = OmegaConf.merge(OmegaConf.structured(SteeredPolicyConfig), steered)
@@ -90,6 +97,10 @@ class DSRL(SAC):
         if name not in STEERABLE:
             out.append(f"algo=dsrl steers a flow policy through its noise: set policy= to one of {', '.join(STEERABLE)} "
                        f"(policy={name})")  # fmt: skip
+        if name == "openpi_remote" and base.get("noise_shape") is None:
+            out.append("algo=dsrl over policy=openpi_remote needs policy.noise_shape=[H, D] (the served model's "
+                       "action_horizon and action_dim) and a server that takes the noise "
+                       "(scripts/serve_openpi_steerable.py)")  # fmt: skip
         if int(algo_cfg.learning_starts) > 0:
             out.append(f"algo.learning_starts={algo_cfg.learning_starts}: DSRL explores with its own noise from the first "
                        "step (random actions would carry no noise to learn from); set 0")  # fmt: skip
@@ -100,7 +111,9 @@ class DSRL(SAC):
             out.append("algo=dsrl trains its noise actor with SAC's reparameterised loss (algo.actor_loss=reparam)")
         if not float(algo_cfg.noise_max) > 0:
             out.append(f"algo.noise_max={algo_cfg.noise_max}: > 0")
-        if int(base.get("horizon") or 1) > 1 and int(algo_cfg.n_step) > 1:
+        horizon = base.get("horizon") if base is not None else 1
+        chunked = (not horizon and name == "openpi_remote") or int(horizon or 1) > 1  # openpi_remote: the whole chunk
+        if chunked and int(algo_cfg.n_step) > 1:
             out.append(f"algo.n_step={algo_cfg.n_step} with chunks of policy.horizon={base.get('horizon')}: a chunk is "
                        "one transition whose target already discounts its steps; set algo.n_step=1")  # fmt: skip
         return out
@@ -111,7 +124,8 @@ class DSRL(SAC):
         if cfg.get("intervention") is not None and bool(cfg.intervention.enabled):
             out.append("algo=dsrl cannot learn from a person's corrections yet (they carry no noise): "
                        "intervention.enabled=false, or algo=rlpd")  # fmt: skip
-        if not cfg.algo.base_checkpoint and not cfg.policy.get("base", {}).get("checkpoint"):
+        base = cfg.policy.get("base") or {}
+        if not cfg.algo.base_checkpoint and not base.get("checkpoint") and base.get("name") != "openpi_remote":
             out.append("algo=dsrl steers a trained flow policy: set algo.base_checkpoint=<run dir or best.pt> "
                        "(or policy.checkpoint=<folder> for pi0 / lite_vla)")  # fmt: skip
         return out

@@ -193,3 +193,72 @@ def test_surplus_or_out_of_range_actions_are_refused_unless_configured(serve, ca
     assert rc == 1 and refused in error_lines(err)[0], err
     rc, err, result = evaluate(capsys, tmp_path, s.url, allowed, episodes=2)
     assert rc == 0 and result["episodes"] == 2, err
+
+
+def _steered_cfg(url: str, *extra: str):
+    from rlinf_user.config.compose import compose_config
+
+    return compose_config(["algo=dsrl", "policy=openpi_remote", f"policy.server={url}",
+                           "policy.request={observation/state: state}", "policy.noise_shape=[4,3]",
+                           "algo.noise_hidden=[32,32]", *extra], sim="reach")  # fmt: skip
+
+
+def test_a_served_flow_is_steered_through_the_noise_it_is_sent(serve):
+    """algo=dsrl over policy=openpi_remote: the noise the steered policy chooses travels in each
+    request to a server wrapped as scripts/serve_openpi_steerable.py wraps openpi's policy,
+    and comes back in the actions (the oracle adds NOISE_GAIN x noise to its expert's chunk)."""
+    import numpy as np
+    import torch
+
+    from rlinf_user.config.compose import validate
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.env.spec import Col, EnvSpec, obs_to_torch, stack_obs
+    from rlinf_user.policies.base import build_policy
+
+    s = serve("--steerable", "--horizon", "4")
+    cfg = _steered_cfg(s.url)
+    validate(cfg)  # no base_checkpoint: the weights are the server's
+    env = make_env(cfg.env, seed=0)
+    spec = EnvSpec.of_env(env)
+    obs = obs_to_torch(stack_obs([env.reset(seed=k)[0] for k in range(3)]))
+    env.close()
+    steered = build_policy(cfg.policy, spec)
+    base = steered.base
+    assert base._client is None  # built for its shapes (as the learner does): not connected yet
+    try:
+        plain = base.act(obs).actions
+        noise = torch.as_tensor(np.random.default_rng(0).uniform(-1, 1, (3, 4, 3)), dtype=torch.float32)
+        torch.testing.assert_close(base.act_from_noise(obs, noise), (plain + 0.25 * noise).clamp(-1, 1))
+        torch.testing.assert_close(base.act_from_noise(obs, torch.zeros(3, 4, 3)), plain)
+        out = steered.act(obs)
+        u = out.extras[Col.NOISE]
+        assert u.shape == (3, 12) and out.actions.shape == (3, 4, 3)
+        torch.testing.assert_close(out.actions, (plain + 0.25 * 1.5 * u.view(3, 4, 3)).clamp(-1, 1))
+    finally:
+        base.close()
+
+
+def test_a_server_that_takes_no_noise_or_another_shape_is_refused_when_first_used(serve):
+    from omegaconf import OmegaConf
+
+    from rlinf_user.config.compose import ConfigError, validate
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.env.spec import EnvSpec
+    from rlinf_user.policies.base import build_policy
+    from rlinf_user.policies.openpi_client import OpenpiServerError
+
+    env = make_env(_steered_cfg("ws://unused:1").env, seed=0)
+    spec = EnvSpec.of_env(env)
+    env.close()
+
+    def connected(url):  # the served base as the env worker's first act connects it
+        return build_policy(OmegaConf.merge(_steered_cfg(url).policy.base, {"connect": "now"}), spec)
+
+    plain = serve("--horizon", "4")
+    with pytest.raises(OpenpiServerError, match=r"takes no noise \(start it with scripts/serve_openpi_steerable.py\)"):
+        connected(plain.url)
+    other = serve("--steerable", "--horizon", "8")
+    with pytest.raises(OpenpiServerError, match=r"policy.noise_shape=\[4, 3\], but .* takes noise of shape \[8, 3\]"):
+        connected(other.url)
+    with pytest.raises(ConfigError, match="needs policy.noise_shape"):
+        validate(_steered_cfg(plain.url, "policy.noise_shape=null"))

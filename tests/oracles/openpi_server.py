@@ -18,6 +18,10 @@ action. Misbehaviour on purpose: ``--mode silent`` (accepts, never sends metadat
 ``hang`` (stops answering after ``--after`` requests), ``fail`` (raises after ``--after``
 requests), ``exit`` (the process exits after ``--after`` requests, as a crash or a
 restart does); ``--columns`` pads the action dim, ``--scale`` multiplies the actions.
+``--steerable`` serves the expert as ``scripts/serve_openpi_steerable.py`` serves an openpi
+policy (its ``NoiseFromRequest`` wrapper, unchanged): the expert's ``infer(obs, noise=)``
+adds ``NOISE_GAIN`` x the noise ``(horizon, columns)`` to its chunk, so a client's noise is
+visible in the actions it gets back.
 
     python tests/oracles/openpi_server.py --port 0   # prints "ready <port>" when listening
 """
@@ -53,6 +57,33 @@ def expert(obs: dict, horizon: int, max_translation: float, columns: int, scale:
     return actions
 
 
+NOISE_GAIN = 0.25
+
+
+class Expert:
+    """The scripted expert with openpi's policy interface (``infer(obs, *, noise=None)``)."""
+
+    def __init__(self, horizon: int, max_translation: float, columns: int, scale: float):
+        self.args = (horizon, max_translation, columns, scale)
+        self.metadata = {"server": "rlinf-user test oracle", "action_horizon": horizon}
+
+    def infer(self, obs: dict, *, noise: np.ndarray | None = None) -> dict:
+        actions = expert(obs, *self.args)
+        if noise is not None:
+            actions = np.clip(actions + NOISE_GAIN * noise, -1.0, 1.0).astype(np.float32)
+        return {"actions": actions}
+
+
+def _steerable(policy: Expert, horizon: int, columns: int):
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "serve_openpi_steerable.py")
+    spec = importlib.util.spec_from_file_location("serve_openpi_steerable", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.NoiseFromRequest(policy, (horizon, columns))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, default=0)
@@ -62,8 +93,12 @@ def main() -> None:
     p.add_argument("--max-translation", type=float, default=0.02)
     p.add_argument("--columns", type=int, default=3)
     p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--steerable", action="store_true")
     args = p.parse_args()
     served = 0
+    policy = Expert(args.horizon, args.max_translation, args.columns, args.scale)
+    if args.steerable:
+        policy = _steerable(policy, args.horizon, args.columns)
 
     async def handler(ws: ws_server.ServerConnection) -> None:
         nonlocal served
@@ -71,7 +106,7 @@ def main() -> None:
             await asyncio.sleep(3600)
             return
         packer = msgpack_numpy.Packer()
-        await ws.send(packer.pack({"server": "rlinf-user test oracle", "action_horizon": args.horizon}))
+        await ws.send(packer.pack(policy.metadata))
         while True:
             try:
                 obs = msgpack_numpy.unpackb(await ws.recv())
@@ -82,9 +117,9 @@ def main() -> None:
                 if served >= args.after and args.mode == "fail":
                     raise ValueError(f"the policy cannot take this observation (keys {sorted(obs)})")
                 start = time.monotonic()
-                actions = expert(obs, args.horizon, args.max_translation, args.columns, args.scale)
+                reply = policy.infer(obs)
                 served += 1
-                reply = {"actions": actions, "server_timing": {"infer_ms": 1000 * (time.monotonic() - start)}}
+                reply["server_timing"] = {"infer_ms": 1000 * (time.monotonic() - start)}
                 await ws.send(packer.pack(reply))
             except websockets.ConnectionClosed:
                 break
