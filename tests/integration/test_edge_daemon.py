@@ -583,11 +583,14 @@ def test_an_env_worker_streams_a_chunk_policys_chunks_and_records_what_ran(edge,
     sent = after["chunks"]["received"] - before["chunks"]["received"]
     assert 39 / 24 + 1 < sent <= 39 / (24 - 20) + 1  # asked for early: more chunks than 39 / 24
     assert after["watchdog_holds"] == before["watchdog_holds"]
-    ran = after["applied"] - before["applied"]
-    assert ran >= 38  # the robot ran an action at every tick
     # the stored actions are the robot's: zero at the first tick (nothing scheduled yet),
     # the policy's (never all zero) after
     actions = chunk[Col.ACTION]
     idle = int((np.abs(actions[1:]).sum(axis=1) == 0).sum())
-    assert not actions[0].any() and idle <= 2, idle  # an idle tick: inference outran the lookahead
+    # an idle tick: inference outran the lookahead on a loaded machine (the benchmark,
+    # bench_edge_chunks.py, measures how often alone); a few are tolerated here, and the
+    # robot ran an action at every other tick (one tick of slack at the window's edge)
+    assert not actions[0].any() and idle <= 2, idle
+    ran = after["applied"] - before["applied"]
+    assert ran >= 39 - idle - 1, (ran, idle)
     np.testing.assert_allclose(chunk["next_obs/state"][:-1], chunk["obs/state"][1:])

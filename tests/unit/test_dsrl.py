@@ -120,3 +120,23 @@ def test_what_dsrl_cannot_learn_from_is_refused_by_name(reach):
     other = EnvSpec(state_dim=spec.state_dim + 1)  # a checkpoint for another env is refused naming both
     with pytest.raises(ValueError, match="was trained for"):
         build_policy(dsrl_cfg(run).policy, other)
+
+
+def test_a_chunk_policy_is_steered_a_chunk_at_a_time(reach, tmp_path):
+    """A tiny pi0 acting in chunks of 4: one noise of the model's (4, 32) per chunk, the
+    actor's output that wide, and DSRL's refusal of n-step returns over chunks."""
+    pytest.importorskip("transformers")
+    spec, _, _, obs = reach
+    cfg = compose_config(["policy=pi0", "policy.horizon=4"], sim="reach")
+    torch.manual_seed(0)
+    base = build_policy(cfg.policy, spec)
+    (tmp_path / "checkpoints").mkdir()
+    torch.save({"policy": base.state_dict(), "spec": spec.to_dict(), "version": 1}, tmp_path / "checkpoints" / "best.pt")
+    cfg = compose_config(["algo=dsrl", "policy=pi0", "policy.horizon=4", f"algo.base_checkpoint={tmp_path}",
+                          "algo.noise_hidden=[32,32]"], sim="reach")  # fmt: skip
+    validate(cfg)
+    steered = build_policy(cfg.policy, spec)
+    assert steered.noise_shape == (4, 32) and steered.horizon == 4
+    out = steered.act(obs)
+    assert out.actions.shape == (4, 4, spec.action_dim) and out.extras[Col.NOISE].shape == (4, 128)
+    torch.testing.assert_close(out.actions, base.act_from_noise(obs, 1.5 * out.extras[Col.NOISE].view(4, 4, 32)))

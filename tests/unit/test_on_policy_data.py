@@ -290,3 +290,36 @@ def test_action_level_rows_keep_each_actions_reward():
     out = step([5, 30], [1, 1])
     np.testing.assert_array_equal(out[Col.STEP_REWARDS], [[5, 0, 0], [10, 20, 30]])
     assert out[Col.CHUNK_STEPS].tolist() == [1, 3]
+
+
+def test_chunks_stored_while_the_learner_takes_are_neither_lost_nor_half_joined():
+    """The learner's sink stores chunks while its training loop takes them (two threads): every
+    row comes out exactly once, every taken batch's columns of one length."""
+    import sys
+    import threading
+
+    store = OnPolicyStore(gamma=0.9, lam=0.95)
+    n_chunks, per = 2000, 4
+    values = lambda obs: np.zeros(len(next(iter(obs.values()))), np.float32)  # noqa: E731
+
+    def feed():
+        for k in range(n_chunks):
+            rows = _rows(np.full(per, k % 7), np.arange(per) + per * k, np.ones(per), np.zeros(per))
+            rows.update({f"obs/extra{j}": np.zeros(per, np.float32) for j in range(100)})  # a long join
+            store.add(rows)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as they can
+    t = threading.Thread(target=feed)
+    t.start()
+    taken = 0
+    try:
+        while t.is_alive() or store.rows():
+            batch = store.take(values, version=0)
+            if batch is not None:
+                assert len({len(v) for v in batch.values()}) == 1
+                taken += len(batch[Col.REWARD])
+    finally:
+        t.join()
+        sys.setswitchinterval(switch)
+    assert taken == n_chunks * per

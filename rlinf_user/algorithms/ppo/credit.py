@@ -23,6 +23,7 @@ Rows from a policy more than ``max_lag`` versions behind the learner are dropped
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -126,11 +127,18 @@ class OnPolicyStore:
         self.reward_scale = float(reward_scale)
         self.chunks: list[dict[str, np.ndarray]] = []
         self.dropped_stale = 0
+        # the learner stores chunks from its sink's calls while its training loop takes them:
+        # a chunk appended while take() concatenates would join some columns and not others
+        self._lock = threading.RLock()
         # GRPO: rows of episodes in progress, per env; ended episodes per group
         self._open: dict[int, list[dict[str, np.ndarray]]] = defaultdict(list)
         self._groups: dict[int, list[tuple[dict[str, np.ndarray], float]]] = defaultdict(list)
 
     def add(self, chunk: dict[str, np.ndarray]) -> int:
+        with self._lock:
+            return self._add(chunk)
+
+    def _add(self, chunk: dict[str, np.ndarray]) -> int:
         missing = [c for c in (Col.ENV_ID, Col.STEP, Col.LOG_PROB, Col.SAMPLE, Col.POLICY_VERSION) if c not in chunk]
         if self.group_size is None and Col.VALUE not in chunk:
             missing.append(Col.VALUE)
@@ -147,6 +155,10 @@ class OnPolicyStore:
 
     def rows(self) -> int:
         """Rows ready for an update."""
+        with self._lock:
+            return self._rows_ready()
+
+    def _rows_ready(self) -> int:
         if self.group_size is None:
             return int(sum(len(c[Col.REWARD]) for c in self.chunks))
         return int(sum(len(ep[Col.REWARD]) for g in self._ready_groups() for ep, _ in self._groups[g]))
@@ -162,12 +174,13 @@ class OnPolicyStore:
 
     def take(self, value_fn: ValueFn, version: int, max_lag: int | None = None) -> dict[str, np.ndarray] | None:
         """Every ready row with ``advantage`` and ``return`` columns (None: nothing ready)."""
-        if self.group_size is not None:
-            return self._take_groups(version, max_lag)
-        if not self.chunks:
-            return None
-        cols = self._fresh(_concat(self.chunks), version, max_lag)
-        self.chunks = []
+        with self._lock:
+            if self.group_size is not None:
+                return self._take_groups(version, max_lag)
+            chunks, self.chunks = self.chunks, []
+            if not chunks:
+                return None
+            cols = self._fresh(_concat(chunks), version, max_lag)
         if len(cols[Col.REWARD]) == 0:
             return None
         cols = _rows(cols, np.lexsort((cols[Col.STEP], cols[Col.ENV_ID])))
