@@ -11,25 +11,30 @@ import pytest
 from rlinf_user.netem import EmulatedLink, LinkSpec
 
 
-@pytest.fixture
-def echo():
-    srv = socket.create_server(("127.0.0.1", 0))
+def serve(srv: socket.socket, handle) -> None:
+    """Accept on ``srv`` until it closes; each connection is handled in a thread of its own."""
 
-    def serve():
+    def accept():
         while True:
             try:
                 conn, _ = srv.accept()
             except OSError:
                 return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
-            def pump(c=conn):
-                with c:
-                    while data := c.recv(65536):
-                        c.sendall(data)
+    threading.Thread(target=accept, daemon=True).start()
 
-            threading.Thread(target=pump, daemon=True).start()
 
-    threading.Thread(target=serve, daemon=True).start()
+def _pump(conn: socket.socket) -> None:
+    with conn:
+        while data := conn.recv(65536):
+            conn.sendall(data)
+
+
+@pytest.fixture
+def echo():
+    srv = socket.create_server(("127.0.0.1", 0))
+    serve(srv, _pump)
     yield srv.getsockname()[1]
     srv.close()
 
@@ -113,16 +118,11 @@ def test_bad_link_settings_are_named():
 
 
 def _tagged_server(srv: socket.socket, tag: bytes) -> None:
-    def serve():
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            with conn:
-                conn.sendall(tag + conn.recv(64))
+    def answer(conn):
+        with conn:
+            conn.sendall(tag + conn.recv(64))
 
-    threading.Thread(target=serve, daemon=True).start()
+    serve(srv, answer)
 
 
 def test_neighbour_ports_travel_the_link_to_the_targets_neighbours():
