@@ -52,6 +52,17 @@ class SACConfig:
     critic_lr: float = 3e-4
     alpha_lr: float = 3e-4
     init_temperature: float = 1.0
+    # the temperature follows target_entropy (SAC's automatic tuning). false: it stays at
+    # init_temperature. Tuning drives any policy's entropy to the target, whatever noise
+    # the task tolerates: a clone of precise demonstrations (entropy about -8 over 4 action
+    # dims) is pushed to -2, a step std near 0.15, and a learned pick's own episodes fail
+    # a third of the time (docs/results.md, "Learning that holds")
+    autotune_temperature: bool = True
+    # with autotune_temperature=false: the temperature moves from init_temperature to this
+    # one, geometrically, over temperature_decay_updates actor updates (explore early, act
+    # cleanly late); None: it stays at init_temperature
+    final_temperature: float | None = None
+    temperature_decay_updates: int = 0
     target_entropy: float | None = None  # default -action_dim / 2
     # the entropy bonus in the critic's target (SAC's soft value). false: the temperature
     # acts on the actor only (as RLPD's and SERL's pick configs set it), so a sharp cloned
@@ -166,6 +177,14 @@ class SAC(Algorithm):
             out.append(f"algo.critic_warmup_updates={algo_cfg.critic_warmup_updates} must be >= 0")
         if not cls.trains_flow and str(policy_cfg.name) == "flow":
             out.append(f"policy=flow is trained by SAC through algo=sac_flow (algo={algo_cfg.name})")
+        final_t = algo_cfg.get("final_temperature")
+        if final_t is not None:
+            if bool(algo_cfg.get("autotune_temperature", True)):
+                out.append(f"algo.final_temperature={final_t} schedules a fixed temperature: set "
+                           "algo.autotune_temperature=false (tuning would move it on its own)")  # fmt: skip
+            elif not float(final_t) > 0 or int(algo_cfg.get("temperature_decay_updates", 0)) <= 0:
+                out.append(f"algo.final_temperature={final_t} needs a value > 0 and "
+                           "algo.temperature_decay_updates > 0 (the updates it takes to get there)")  # fmt: skip
         actor_loss = str(algo_cfg.get("actor_loss", "reparam"))
         if actor_loss not in ("reparam", "awac"):
             out.append(f"algo.actor_loss={actor_loss}: expected reparam (SAC's) or awac (advantage-weighted)")
@@ -356,13 +375,26 @@ class SAC(Algorithm):
             self.actor_opt.zero_grad(set_to_none=True)
             self.backward(actor_loss, self.actor_opt)
             self.actor_opt.step()
-            self.alpha_opt.zero_grad(set_to_none=True)
-            self.backward(alpha_loss, self.alpha_opt)
-            self.alpha_opt.step()
+            if self.cfg.autotune_temperature:
+                self.alpha_opt.zero_grad(set_to_none=True)
+                self.backward(alpha_loss, self.alpha_opt)
+                self.alpha_opt.step()
+            elif self.cfg.final_temperature is not None:
+                self._schedule_temperature()
             metrics.update(m, actor_loss=actor_loss.item(), alpha=self.alpha.item())
         if self.target_critic is not None:
             self._polyak()
         return metrics
+
+    @torch.no_grad()
+    def _schedule_temperature(self) -> None:
+        """init_temperature -> final_temperature, geometrically over temperature_decay_updates
+        updates after the critic's warm-up (a function of the update count: a resumed run
+        goes on where it was)."""
+        done = self.num_updates - int(self.cfg.critic_warmup_updates)
+        frac = min(1.0, max(0.0, done / float(self.cfg.temperature_decay_updates)))
+        start, end = float(self.cfg.init_temperature), float(self.cfg.final_temperature)
+        self.log_alpha.fill_(float(torch.tensor(start).log() * (1 - frac) + torch.tensor(end).log() * frac))
 
     @torch.no_grad()
     def _polyak(self) -> None:

@@ -70,6 +70,24 @@ def test_temperature_tracks_target_entropy():
     assert agent.alpha.item() < a0
 
 
+def test_a_fixed_temperature_stays_while_the_actor_learns():
+    """autotune_temperature=false (the pick's recipe): the same updates that move alpha
+    above leave it at init_temperature, and the actor still trains."""
+    torch.manual_seed(0)
+    cfg = compose_config(["policy.hidden=[32]", "algo.alpha_lr=1e-2", "algo.init_temperature=0.05",
+                          "algo.autotune_temperature=false"])  # fmt: skip
+    agent = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    before = [p.detach().clone() for p in agent.policy.parameters()]
+    for _ in range(100):
+        m = agent.update(_batch(reward=0.0))
+    assert agent.alpha.item() == pytest.approx(0.05) and m["alpha"] == pytest.approx(0.05)
+    assert any(not torch.equal(b, p) for b, p in zip(before, agent.policy.parameters()))
+    # and it survives a checkpoint: the temperature is part of the state either way
+    again = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    again.load_checkpoint_state(agent.checkpoint_state())
+    assert again.alpha.item() == pytest.approx(0.05)
+
+
 def test_checkpoint_round_trip_restores_everything():
     torch.manual_seed(0)
     cfg = compose_config(["policy.hidden=[32]"])
@@ -286,3 +304,29 @@ def test_awac_is_refused_for_a_flow_policy():
         validate(compose_config(["algo=sac_flow", "policy=flow", "algo.actor_loss=awac"]))
     with pytest.raises(ConfigError, match="actor_loss=best"):
         validate(compose_config(["algo=sac", "algo.actor_loss=best"]))
+
+
+def test_a_scheduled_temperature_moves_geometrically_to_its_final_value_after_the_warm_up():
+    torch.manual_seed(0)
+    cfg = compose_config(["policy.hidden=[32]", "algo.init_temperature=0.04", "algo.autotune_temperature=false",
+                          "algo.final_temperature=0.01", "algo.temperature_decay_updates=20",
+                          "algo.critic_warmup_updates=10", "algo.batch_size=16"])  # fmt: skip
+    agent = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    seen = [agent.update(_batch(n=16, reward=0.0)).get("alpha") for _ in range(40)]
+    assert seen[:10] == [None] * 10  # the critic's warm-up: no actor update, the temperature as it started
+    assert seen[19] == pytest.approx(0.02, rel=1e-4)  # half way (10 of 20 updates): the geometric mean
+    assert seen[29] == pytest.approx(0.01, rel=1e-4) and seen[39] == pytest.approx(0.01, rel=1e-4)
+    assert all(a >= b for a, b in zip(seen[10:], seen[11:]))
+    # a resumed learner goes on from its update count
+    again = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    again.load_checkpoint_state(agent.checkpoint_state())
+    assert again.alpha.item() == pytest.approx(0.01, rel=1e-4)
+
+
+def test_a_temperature_schedule_is_refused_where_it_cannot_hold():
+    from rlinf_user.algorithms.sac import SAC as SACClass
+
+    cfg = compose_config(["algo.final_temperature=0.01", "algo.temperature_decay_updates=100"])
+    assert any("autotune_temperature=false" in p for p in SACClass.problems(cfg.algo, cfg.policy))
+    cfg = compose_config(["algo.final_temperature=0.01", "algo.autotune_temperature=false"])
+    assert any("temperature_decay_updates > 0" in p for p in SACClass.problems(cfg.algo, cfg.policy))
