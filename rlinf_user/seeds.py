@@ -23,13 +23,22 @@ VALIDATION_EPISODE_SEED = 1_000_000_000  # training's evaluation episode k reset
 TEST_EPISODE_SEED = 1_500_000_000  # the kept policy's report and `rlinf-user eval`: this + k
 EPISODE_SEEDS = {"validation": VALIDATION_EPISODE_SEED, "test": TEST_EPISODE_SEED}
 EVAL_ENV_OFFSET = 12_345  # `rlinf-user eval`'s env construction seed (its episodes: a split's seed + k)
-DEMO_EPISODE_OFFSET = 10_000  # synthetic demonstrations record from seed + this + k
+DEMO_EPISODE_OFFSET = 10_000  # HG-DAgger's synthetic demonstrations record from seed + this + k
+# `rlinf-user teleop seed=s`: episode k resets with (s x this + k) mod 10^9, so each run seed
+# records its own scenes (seed + k gave seeds 0, 1 and 2 19 of 20 block positions in common)
+TELEOP_SEED_STRIDE = 1000
 ENV_IN_BATCH_STRIDE = 1000  # env j of a worker's batch resets with seed + this * j
 GROUP_SEED_OFFSET = 7_777_777  # GRPO reset seeds: a separate stream from training resets
 
 
 def worker_seed(run_seed: int, index: int, generation: int = 0) -> int:
     return int(run_seed) + WORKER_STRIDE * (index + 1) + RESTART_STRIDE * generation
+
+
+def teleop_episode_seed(run_seed: int, episode: int) -> int:
+    """The reset seed of a teleop session's ``episode``-th episode (a simulator's scene; a
+    robot ignores it): seed 0 records from 0, seed s from s x 1000, below the held-out ranges."""
+    return (int(run_seed) * TELEOP_SEED_STRIDE + int(episode)) % VALIDATION_EPISODE_SEED
 
 
 def eval_worker_seed(run_seed: int) -> int:

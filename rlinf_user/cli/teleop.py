@@ -8,6 +8,7 @@ import logging
 from rich.table import Table
 
 from rlinf_user.config.compose import ConfigError, compose_config, to_yaml, validate
+from rlinf_user.seeds import teleop_episode_seed
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def run_teleop(args, console) -> int:
             console.print(f"  {r.outcome:<11} {r.steps:>4} steps  {r.seconds:6.1f} s  {where}")
 
         rec = Recorder(env, device, writer, task, rate_hz=rate, on_episode=on_episode, before_step=before_step)
-        stats = rec.run(cfg.dataset.episodes, seed=cfg.seed)
+        stats = rec.run(cfg.dataset.episodes, episode_seed=lambda n: teleop_episode_seed(cfg.seed, n))
     finally:
         if device is not None:
             device.close()

@@ -120,10 +120,15 @@ class Recorder:
         except Exception as exc:  # noqa: BLE001 - best effort; the edge watchdog holds anyway
             log.warning("could not send a hold command: %s", exc)
 
-    def run(self, episodes: int, seed: int | None = None) -> SessionStats:
+    def run(self, episodes: int, seed: int | None = None, episode_seed=None) -> SessionStats:
+        """``episodes`` episodes; episode n resets with ``episode_seed(n)`` when given, else
+        ``seed + n`` (None: the env's own stream)."""
         stats = SessionStats()
         for n in range(episodes):
-            result = self.episode(seed=None if seed is None else seed + n)
+            if episode_seed is not None:
+                result = self.episode(seed=episode_seed(n))
+            else:
+                result = self.episode(seed=None if seed is None else seed + n)
             stats.episodes.append(result)
             if self.on_episode:
                 self.on_episode(result)

@@ -158,6 +158,11 @@ def test_training_streams_never_reach_the_held_out_seeds():
     highest_worker_env = seeds.worker_seed(top, 1023, generation=99) + seeds.ENV_IN_BATCH_STRIDE * 4096
     assert highest_worker_env < seeds.VALIDATION_EPISODE_SEED
     assert top + seeds.DEMO_EPISODE_OFFSET + 1_000_000 < seeds.VALIDATION_EPISODE_SEED
+    teleop = [seeds.teleop_episode_seed(s, k) for s in (0, 1, top) for k in (0, 999, 10**6)]
+    assert max(teleop) < seeds.VALIDATION_EPISODE_SEED
+    # each run seed records its own scenes: seed 0 from 0 (as before), seed s from s x 1000
+    assert seeds.teleop_episode_seed(0, 5) == 5 and seeds.teleop_episode_seed(1, 0) == 1000
+    assert not {seeds.teleop_episode_seed(0, k) for k in range(20)} & {seeds.teleop_episode_seed(1, k) for k in range(20)}
     assert seeds.eval_worker_seed(top) < seeds.VALIDATION_EPISODE_SEED
     groups = [seeds.group_seed(s, w, g, e) for s in (0, top) for w in (0, 999) for g in (0, 10**6) for e in (0, 10**7)]
     assert max(groups) < seeds.VALIDATION_EPISODE_SEED
