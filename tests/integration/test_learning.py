@@ -84,8 +84,9 @@ def test_sac_learns_reach_on_distinct_goals(tmp_path):
 @pytest.mark.slow
 def test_the_default_job_learns_the_randomised_pick_from_20_demonstrations(tmp_path):
     """`make train` shortened: 20 scripted demonstrations recorded through the teleop path,
-    then RLPD with the randomised pick's recipe until 90% of 20 held-out block positions
-    (seed 0 reached it at the first evaluation after the clone, 2,500 env steps)."""
+    then RLPD with the randomised pick's recipe until 90% of 20 held-out block positions,
+    evaluated every 1,500 env steps (seed 0 reaches it at 2,800-3,400 in the benchmark's runs:
+    evaluations every 2,500 left the test to run on to 5,000 when the one at 2,500 fell short)."""
     import csv
 
     from rlinf_user.cli.main import main
@@ -95,7 +96,7 @@ def test_the_default_job_learns_the_randomised_pick_from_20_demonstrations(tmp_p
                  "dataset.episodes=20", "seed=0"]) == 0  # fmt: skip
     rc = main([
         "train", "--sim", "gym_hil_random", "algo=rlpd", f"demos={demos}", "seed=0", "target_success=0.9",
-        f"eval_episodes={EVAL_EPISODES}", "eval_every_steps=2500", "total_env_steps=10000", "max_wall_minutes=8",
+        f"eval_episodes={EVAL_EPISODES}", "eval_every_steps=1500", "total_env_steps=10000", "max_wall_minutes=8",
         f"run_root={tmp_path}", "run_name=pick", "progress=false",
     ])  # fmt: skip
     assert rc == 0
