@@ -11,13 +11,29 @@ that actor and its critics ``Q(s, u)`` on rows whose "action" is the chosen unit
 ``u`` (``Col.NOISE``, kept in every replay row by the data plan): no gradient reaches the
 flow policy, and only the actor and critics change and travel to the env workers.
 
+**Demonstrations and a person's corrections** (``algo.action_critic=true``, DSRL-NA, the
+paper's noise-aliased variant). Their rows hold executed actions, not the noise that would
+have produced them, so the noise critic cannot score them. An action critic ``Q_A(s, a)``
+can: it learns by TD from every executed row (the policy's own, the demonstrations on the
+demo side of each batch, the corrections), bootstrapping with the steered policy's next
+action ``base(s', w')``. The noise critic ``Q_W(s, u)`` is then distilled from it,
+``Q_W(s, u) -> Q_A(s, base(s, noise_max u))``, on noises from the actor and uniform ones
+over the box, and the actor climbs ``Q_W`` as before. A correction thus raises the value
+of the actions near it, and the actor learns which noises reach them; no inversion of the
+flow is needed. Running the flow backwards from a person's action was the other way in,
+rejected: that action is often outside what the base can produce, and its clipped noise
+would label the row with an action it did not take. The cost is two passes of the base per
+update (the next action and the distilled one), so the learner holds the base: a served
+policy (``openpi_remote``) is refused with it, as are chunks (the row would need every
+action the chunk ran; only its first is kept).
+
 What it does not take (refused by name, not ignored):
 
-* demonstrations on the demo side of batches (``algo.demo_ratio > 0``) and a person's
-  corrections (``intervention.enabled``): their rows hold executed actions, not the noise
-  that would have produced them. The demonstrations' place is the base policy, cloned on
-  them before (``algo=bc`` or ``sac_flow``'s warm start); inferring the noise of a given
-  action by running the flow backwards is the way in for corrections, not built yet;
+* without ``action_critic``: demonstrations on the demo side of batches
+  (``algo.demo_ratio > 0``) and a person's corrections (``intervention.enabled``). Either
+  way the demonstrations' other place is the base policy, cloned on them before
+  (``algo=bc`` or ``sac_flow``'s warm start); a behaviour-cloning term (``bc_weight``) has no
+  noise to pull towards;
 * uniformly random actions first (``algo.learning_starts > 0``): exploration is the actor's
   own noise around the base's behaviour, from the first step;
 * n-step returns over chunks (``algo.n_step > 1`` with ``policy.horizon > 1``).
@@ -32,14 +48,18 @@ same row: the steps it streamed back are what the worker folds.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import torch
+import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from rlinf_user.algorithms.base import Algorithm, ReplayPlan
 from rlinf_user.algorithms.sac import SAC, SACConfig
 from rlinf_user.env.spec import Col
+from rlinf_user.policies.actor_critic import CriticEnsemble
 from rlinf_user.policies.steered import SteeredPolicyConfig
 
 # the policies with NoiseSteerable (rlinf_user.policies.steered); openpi_remote: a served
@@ -59,6 +79,9 @@ class DSRLConfig(SACConfig):
     gamma: float = 0.95
     init_temperature: float = 0.1
     backup_entropy: bool = False
+    # DSRL-NA: an action critic learns from every executed row (demonstrations and a
+    # person's corrections included) and the noise critic is distilled from it
+    action_critic: bool = False
 
 
 class DSRL(SAC):
@@ -83,8 +106,10 @@ class DSRL(SAC):
 
     @classmethod
     def data_plan(cls, algo_cfg) -> ReplayPlan:
+        demo_ratio = float(algo_cfg.demo_ratio) if bool(algo_cfg.get("action_critic", False)) else 0.0
         return ReplayPlan(
             batch_size=int(algo_cfg.batch_size), utd_ratio=float(algo_cfg.utd_ratio), learning_starts=0,
+            demo_ratio=demo_ratio,
             n_step=int(algo_cfg.n_step), gamma=float(algo_cfg.gamma), paced=bool(algo_cfg.paced), extras=(Col.NOISE,),
             chunk_rows=True,
         )  # fmt: skip
@@ -104,15 +129,25 @@ class DSRL(SAC):
         if int(algo_cfg.learning_starts) > 0:
             out.append(f"algo.learning_starts={algo_cfg.learning_starts}: DSRL explores with its own noise from the first "
                        "step (random actions would carry no noise to learn from); set 0")  # fmt: skip
-        if float(algo_cfg.demo_ratio) > 0 or float(algo_cfg.bc_weight or 0) > 0:
-            out.append("algo=dsrl learns from the noise it chose: demonstrations train the base policy (algo=bc), not "
-                       "the demo side of DSRL's batches (set algo.demo_ratio=0, algo.bc_weight=0)")  # fmt: skip
+        na = bool(algo_cfg.get("action_critic", False))
+        if float(algo_cfg.demo_ratio) > 0 and not na:
+            out.append("algo=dsrl learns from the noise it chose: demonstrations train the base policy (algo=bc), or "
+                       "enter through an action critic (algo.action_critic=true); else set algo.demo_ratio=0")  # fmt: skip
+        if float(algo_cfg.bc_weight or 0) > 0:
+            out.append("algo.bc_weight: a behaviour-cloning term has no noise to pull towards in algo=dsrl (set 0; "
+                       "demonstrations enter through algo.action_critic=true)")  # fmt: skip
+        if na and name == "openpi_remote":
+            out.append("algo.action_critic=true runs the base policy in the learner (two passes an update): a served "
+                       "policy (openpi_remote) cannot; set algo.action_critic=false")  # fmt: skip
         if str(algo_cfg.get("actor_loss", "reparam")) != "reparam":
             out.append("algo=dsrl trains its noise actor with SAC's reparameterised loss (algo.actor_loss=reparam)")
         if not float(algo_cfg.noise_max) > 0:
             out.append(f"algo.noise_max={algo_cfg.noise_max}: > 0")
         horizon = base.get("horizon") if base is not None else 1
         chunked = (not horizon and name == "openpi_remote") or int(horizon or 1) > 1  # openpi_remote: the whole chunk
+        if chunked and na:
+            out.append(f"algo.action_critic=true with chunks of policy.horizon={base.get('horizon')}: the action critic "
+                       "would need every action a chunk ran, and a chunk's row keeps its first; use horizon 1")  # fmt: skip
         if chunked and int(algo_cfg.n_step) > 1:
             out.append(f"algo.n_step={algo_cfg.n_step} with chunks of policy.horizon={base.get('horizon')}: a chunk is "
                        "one transition whose target already discounts its steps; set algo.n_step=1")  # fmt: skip
@@ -121,11 +156,71 @@ class DSRL(SAC):
     @classmethod
     def run_problems(cls, cfg) -> list[str]:
         out = []
-        if cfg.get("intervention") is not None and bool(cfg.intervention.enabled):
-            out.append("algo=dsrl cannot learn from a person's corrections yet (they carry no noise): "
-                       "intervention.enabled=false, or algo=rlpd")  # fmt: skip
+        if cfg.get("intervention") is not None and bool(cfg.intervention.enabled) and not cfg.algo.get("action_critic"):
+            out.append("algo=dsrl learns a person's corrections through an action critic (they carry no noise): "
+                       "algo.action_critic=true, or intervention.enabled=false")  # fmt: skip
         base = cfg.policy.get("base") or {}
         if not cfg.algo.base_checkpoint and not base.get("checkpoint") and base.get("name") != "openpi_remote":
             out.append("algo=dsrl steers a trained flow policy: set algo.base_checkpoint=<run dir or best.pt> "
                        "(or policy.checkpoint=<folder> for pi0 / lite_vla)")  # fmt: skip
         return out
+
+    # -- DSRL-NA: the action critic and the noise critic distilled from it ------------------
+
+    def __init__(self, algo_cfg, policy, spec, device="cpu"):
+        super().__init__(algo_cfg, policy, spec, device)
+        self.na = bool(getattr(algo_cfg, "action_critic", False))
+        if not self.na:
+            return
+        hidden = list(getattr(policy, "hidden", None) or [256, 256])
+        self.action_critic = CriticEnsemble(policy.encoder.out_dim, spec.action_dim, hidden, algo_cfg.num_critics,
+                                            layer_norm=algo_cfg.critic_layer_norm).to(self.device)  # fmt: skip
+        self.target_action_critic = copy.deepcopy(self.action_critic).requires_grad_(False)
+        self.critic_opt.add_param_group({"params": list(self.action_critic.parameters())})
+        self._modules.update(action_critic=self.action_critic, target_action_critic=self.target_action_critic)
+
+    def _executed(self, obs: dict[str, Any], u: torch.Tensor) -> torch.Tensor:
+        """The action the base runs from the unit-box noise ``u`` (its chunk's first)."""
+        return self.policy.actions_for(obs, u)[:, 0]
+
+    def _critic_loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        if not self.na:
+            return super()._critic_loss(batch)
+        obs, next_obs = batch[Col.OBS], batch[Col.NEXT_OBS]
+        reward, discount = self._returns(batch)
+        feats = self.critic_encoder(obs)
+        with torch.no_grad():  # TD for Q_A on the executed action, whoever chose it
+            next_u, _ = self.policy.sample_features(self.policy.encoder(next_obs))
+            next_q = self.target_action_critic(self.target_encoder(next_obs), self._executed(next_obs, next_u))
+            target = reward + discount * self._target_min(next_q)
+        q_a = self.action_critic(feats, batch[Col.ACTION])
+        loss_a = F.mse_loss(q_a, target.unsqueeze(0).expand_as(q_a))
+        with torch.no_grad():  # distillation: the noises the actor picks, and the rest of the box
+            actor_u, _ = self.policy.sample_features(self.policy.encoder(obs))
+            u = torch.cat([actor_u, torch.rand_like(actor_u) * 2 - 1])
+            obs2 = _twice(obs)
+            feats2 = torch.cat([feats, feats]).detach()
+            aliased = self.action_critic(feats2, self._executed(obs2, u)).mean(0)
+        q_w = self.critic(torch.cat([feats, feats]), u)
+        loss_w = F.mse_loss(q_w, aliased.unsqueeze(0).expand_as(q_w))
+        loss = (loss_a + loss_w) * q_a.shape[0]
+        return loss, {"critic_loss": loss_a.item(), "distill_loss": loss_w.item(), "q_mean": q_a.mean().item(),
+                      "q_noise_mean": q_w.mean().item()}  # fmt: skip
+
+    @torch.no_grad()
+    def _polyak(self) -> None:
+        super()._polyak()
+        if self.na:
+            for p, tp in zip(self.action_critic.parameters(), self.target_action_critic.parameters()):
+                tp.lerp_(p, self.cfg.tau)
+
+
+def _twice(obs: Any) -> Any:
+    """The batch of observations stacked on itself (nested dicts of tensors)."""
+    if torch.is_tensor(obs):
+        return torch.cat([obs, obs])
+    if isinstance(obs, dict):
+        return {k: _twice(v) for k, v in obs.items()}
+    if isinstance(obs, list | tuple):  # per-row values (instructions)
+        return [*obs, *obs]
+    return obs

@@ -106,7 +106,8 @@ def test_what_dsrl_cannot_learn_from_is_refused_by_name(reach):
     for extra, said in [
         (["algo.learning_starts=100"], "algo.learning_starts=100: DSRL explores with its own noise"),
         (["algo.demo_ratio=0.5"], "demonstrations train the base policy"),
-        (["intervention.enabled=true"], "cannot learn from a person's corrections yet"),
+        (["intervention.enabled=true"], "learns a person's corrections through an action critic"),
+        (["algo.action_critic=true", "algo.bc_weight=1"], "a behaviour-cloning term has no noise"),
     ]:
         with pytest.raises(ConfigError, match=said):
             validate(dsrl_cfg(run, *extra))
@@ -117,6 +118,14 @@ def test_what_dsrl_cannot_learn_from_is_refused_by_name(reach):
     with pytest.raises(ConfigError, match=r"algo.n_step=3 with chunks of policy.horizon=4"):
         validate(compose_config(["algo=dsrl", "policy=lite_vla", "policy.horizon=4", "algo.n_step=3",
                                  f"algo.base_checkpoint={run}"], sim="reach_color"))  # fmt: skip
+    # with the action critic, demonstrations and corrections are taken
+    validate(dsrl_cfg(run, "algo.action_critic=true", "algo.demo_ratio=0.5", "intervention.enabled=true"))
+    with pytest.raises(ConfigError, match="action_critic=true with chunks of policy.horizon=4"):
+        validate(compose_config(["algo=dsrl", "policy=lite_vla", "policy.horizon=4", "algo.action_critic=true",
+                                 f"algo.base_checkpoint={run}"], sim="reach_color"))  # fmt: skip
+    with pytest.raises(ConfigError, match="a served policy \\(openpi_remote\\) cannot"):
+        validate(compose_config(["algo=dsrl", "policy=openpi_remote", "policy.noise_shape=[1,3]", "policy.horizon=1",
+                                 "algo.action_critic=true"], sim="reach"))  # fmt: skip
     other = EnvSpec(state_dim=spec.state_dim + 1)  # a checkpoint for another env is refused naming both
     with pytest.raises(ValueError, match="was trained for"):
         build_policy(dsrl_cfg(run).policy, other)
@@ -140,3 +149,36 @@ def test_a_chunk_policy_is_steered_a_chunk_at_a_time(reach, tmp_path):
     out = steered.act(obs)
     assert out.actions.shape == (4, 4, spec.action_dim) and out.extras[Col.NOISE].shape == (4, 128)
     torch.testing.assert_close(out.actions, base.act_from_noise(obs, 1.5 * out.extras[Col.NOISE].view(4, 4, 32)))
+
+
+def test_the_action_critic_learns_from_rows_without_noise_and_steers_the_actor_to_them(reach):
+    """DSRL-NA: rows that carry only an executed action (a demonstration, a correction)
+    teach the action critic; the noise critic distilled from it leads the actor to the noise
+    whose executed action scores best. Here every row ends its episode with a reward that
+    peaks at one action a*: the steered policy must move from the base's action towards it."""
+    spec, base, run, obs = reach
+    cfg = dsrl_cfg(run, "algo.action_critic=true", "algo.demo_ratio=0.5", "algo.batch_size=64")
+    assert data_plan(cfg.algo).demo_ratio == 0.5
+    torch.manual_seed(0)
+    algo = build_algorithm(cfg.algo, cfg.policy, spec)
+    p = algo.policy
+    state = obs[Col.STATE][:1].repeat(64, 1)
+    start = p.act({Col.STATE: state[:1]}, deterministic=True).actions[0, 0]
+    goal = torch.clamp(start + torch.tensor([0.6, -0.6, 0.4])[: spec.action_dim], -0.9, 0.9)
+    base_before = {k: v.clone() for k, v in p.base.state_dict().items()}
+    for _ in range(400):
+        a = torch.rand(64, spec.action_dim) * 2 - 1
+        batch = {Col.OBS: {Col.STATE: state}, Col.NEXT_OBS: {Col.STATE: state}, Col.ACTION: a,
+                 Col.REWARD: 1.0 - (a - goal).square().sum(-1), Col.TERMINATED: torch.ones(64),
+                 Col.FROM_DEMOS: torch.arange(64) >= 32}  # fmt: skip
+        metrics = algo.update(batch)
+    assert {"distill_loss", "q_noise_mean"} <= set(metrics) and np.isfinite(metrics["critic_loss"])
+    after = p.act({Col.STATE: state[:1]}, deterministic=True).actions[0, 0]
+    assert (after - goal).norm() < 0.5 * (start - goal).norm(), (start, after, goal)
+    assert all(torch.equal(base_before[k], v) for k, v in p.base.state_dict().items())  # the base never trains
+    # the action critic and its target travel in the checkpoint, the base does not
+    saved = algo.checkpoint_state()
+    assert any(k.startswith("action_critic.") for k in saved["model"]) and not [k for k in saved["model"] if ".base." in k]
+    again = build_algorithm(cfg.algo, cfg.policy, spec)
+    again.load_checkpoint_state(saved)
+    torch.testing.assert_close(again.policy.act({Col.STATE: state[:1]}, deterministic=True).actions, after[None, None])
