@@ -40,7 +40,9 @@ DEMO_EPISODES = 20
 # the default job's recipe: configs/sim/gym_hil_random.yaml's tuning for rlpd, with the demos
 RECIPE = ["algo=rlpd", "demos={demos}"]
 SAME_TUNING = ["algo.demo_ratio=0.5", "demos={demos}", "algo.n_step=3", "algo.backup_entropy=false",
-               "algo.init_temperature=0.01", "algo.bc_warmup_updates=3000", "algo.critic_warmup_updates=2000",
+               "algo.init_temperature=0.03", "algo.autotune_temperature=false", "algo.final_temperature=0.005",
+               "algo.temperature_decay_updates=20000", "algo.bc_warmup_updates=3000",
+               "algo.critic_warmup_updates=2000",
                "algo.bc_weight=1.0", "algo.learning_starts=0", "algo.paced=true"]  # fmt: skip
 IQL_BASE = ["algo=iql", "demos={demos}", "algo.paced=true", "algo.explore_std=0"]
 VARIANTS: dict[str, list[str]] = {
@@ -49,12 +51,18 @@ VARIANTS: dict[str, list[str]] = {
     "one_step": [*RECIPE, "algo.n_step=1"],
     "no_bc": [*RECIPE, "algo.bc_warmup_updates=0", "algo.critic_warmup_updates=0", "algo.bc_weight=0"],
     "entropy_backup": [*RECIPE, "algo.backup_entropy=true"],
+    # the temperature tuned to SAC's default target entropy (-2 here), as the recipe had it
+    # before its decline past 10,000 env steps was traced to it
+    "autotuned": [*RECIPE, "algo.autotune_temperature=true", "algo.init_temperature=0.01",
+                  "algo.final_temperature=null"],  # fmt: skip
+    # ... or held at 0.01 throughout
+    "fixed_temperature": [*RECIPE, "algo.init_temperature=0.01", "algo.final_temperature=null"],
     # ... or with more of something
     "ten_critics": [*RECIPE, "algo.num_critics=10"],
     "utd2": [*RECIPE, "algo.utd_ratio=2"],
     # ... or changed: critics with their own image encoder; a sharper policy (target entropy)
     "separate_encoders": [*RECIPE, "algo.shared_encoder=false"],
-    "sharp": [*RECIPE, "algo.target_entropy=-8"],
+    "sharp": [*RECIPE, "algo.autotune_temperature=true", "algo.final_temperature=null", "algo.target_entropy=-8"],
     # the actor weights the actions it saw by their advantage instead of following the
     # critic's action-gradient (AWAC)
     "awac": [*RECIPE, "algo.actor_loss=awac"],
@@ -123,6 +131,52 @@ def supervisor_steps(run: Path) -> tuple[int, int]:
     return steps, takeovers
 
 
+def training_success(run: Path, window: int = 50) -> list[list[float]]:
+    """What a robot user sees: the success of the last ``window`` training episodes, after
+    each episode, as [env steps, minutes since the run started, success] (the run's
+    TensorBoard ``episode/success``); one point per 250 env steps."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    tb.Reload()
+    if "episode/success" not in tb.Tags()["scalars"]:
+        return []
+    events = tb.Scalars("episode/success")
+    t0 = min(e.wall_time for e in events)
+    out, last = [], -1
+    for i, e in enumerate(events):
+        if i + 1 < window or e.step // 250 == last:
+            continue
+        last = e.step // 250
+        rate = float(np.mean([x.value for x in events[i + 1 - window : i + 1]]))
+        out.append([int(e.step), round((e.wall_time - t0) / 60, 2), round(rate, 3)])
+    return out
+
+
+def holding(history: list[dict], rolling: list[list[float]], level: float, floor: float) -> dict:
+    """When evaluation success first reached ``level`` (env steps, minutes), and the lowest
+    evaluation and rolling training success from then on (did it hold above ``floor``)."""
+    first = next((h for h in history if h["success_rate"] >= level), None)
+    if first is None:
+        return {"level": level, "reached": False}
+    after = [h for h in history if h["env_steps"] >= first["env_steps"]]
+    low = min(after, key=lambda h: h["success_rate"])
+    train_after = [r for r in rolling if r[0] >= first["env_steps"]]
+    return {
+        "level": level,
+        "reached": True,
+        "env_steps": int(first["env_steps"]),
+        "minutes": round(first["wall_seconds"] / 60, 2),
+        "evaluations_after": len(after),
+        "lowest_eval_after": low["success_rate"],
+        "lowest_eval_after_at": int(low["env_steps"]),
+        "held_eval": low["success_rate"] >= floor,
+        "lowest_training_after": min((r[2] for r in train_after), default=None),
+        "held_training": all(r[2] >= floor for r in train_after),
+        "env_steps_after": int(history[-1]["env_steps"] - first["env_steps"]),
+    }
+
+
 def run_variant(name: str, seed: int, args, work: Path, demos: Path, demo_steps: int) -> dict:
     from rlinf_user.cli.main import main
 
@@ -155,16 +209,20 @@ def run_variant(name: str, seed: int, args, work: Path, demos: Path, demo_steps:
         if rc == 0:
             final = {k: v for k, v in json.loads(next((run / "final").glob("eval-*.json")).read_text()).items()
                      if not isinstance(v, list | dict) or "ci95" in k}  # fmt: skip
+    rolling = training_success(run)
     return {
         "variant": name,
         "seed": seed,
         "overrides": overrides,
+        "holding": holding(history, rolling, args.hold_level, args.hold_floor),
+        "training_success": rolling,
         "reached_target": reached is not None,
         "env_steps_to_target": int(reached["env_steps"]) if reached else None,
         "minutes_to_target": round(reached["wall_seconds"] / 60, 2) if reached else None,
         "success_at_target": [reached["success_rate"], reached["ci95_low"], reached["ci95_high"]] if reached else None,
         "best_eval_success": summary["best_eval_success"],
         "final_eval": summary.get("final_eval"),
+        "test_eval": {k: v for k, v in (summary.get("test_eval") or {}).items() if not isinstance(v, list | dict) or "ci95" in k},
         "env_steps": env_steps,
         "wall_minutes": round((time.monotonic() - t0) / 60, 2),
         "demo_steps": demo_steps if used_demos else 0,
@@ -187,7 +245,9 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_s, ax_t) = plt.subplots(1, 2, figsize=(11, 4))
+    rolling = any(r.get("training_success") for r in rows)
+    fig, axes = plt.subplots(1, 3 if rolling else 2, figsize=(16 if rolling else 11, 4))
+    ax_s, ax_t = axes[0], axes[1]
     for i, variant in enumerate(variants_of(rows)):
         runs = [r for r in rows if r["variant"] == variant]
         colour, style = f"C{i % 10}", "-" if i < 10 else "--"  # past 10 colours, dashed
@@ -208,9 +268,19 @@ def plot(rows: list[dict], path: Path, target: float) -> None:
                 ax.plot(grid, np.nanmean(curves, 0), color=colour, linestyle=style, label=label, drawstyle="steps-post")
                 if len(runs) > 1:
                     ax.fill_between(grid, np.nanmin(curves, 0), np.nanmax(curves, 0), color=colour, alpha=0.15, step="post")
-    for ax, xl in ((ax_s, "env steps (thousands; 36k = 1 h at 10 Hz)"), (ax_t, "wall-clock minutes (2 CPU cores)")):
+    if rolling:  # what a robot user sees: the last 50 training episodes
+        for i, variant in enumerate(variants_of(rows)):
+            for r in (r for r in rows if r["variant"] == variant and r.get("training_success")):
+                pts = np.array(r["training_success"])
+                axes[2].plot(pts[:, 0] * 1e-3, pts[:, 2], color=f"C{i % 10}", alpha=0.6, linewidth=0.9)
+        axes[2].set_title("training episodes (last 50), each seed", fontsize=9)
+    labels = [(ax_s, "env steps (thousands; 36k = 1 h at 10 Hz)", "evaluation success"),
+              (ax_t, "wall-clock minutes (2 CPU cores)", "evaluation success")]
+    if rolling:
+        labels.append((axes[2], "env steps (thousands)", "training-episode success"))
+    for ax, xl, yl in labels:
         ax.set_xlabel(xl)
-        ax.set_ylabel("evaluation success")
+        ax.set_ylabel(yl)
         ax.set_ylim(-0.02, 1.02)
         ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
         ax.grid(alpha=0.3)
@@ -248,11 +318,30 @@ def table(rows: list[dict], target: float) -> str:
     return "\n".join(out)
 
 
+def holding_table(rows: list[dict]) -> str:
+    """Per run: when evaluation first reached the holding level, and the lowest evaluation
+    and rolling training success (last 50 episodes) from then to the end of the run."""
+    out = ["| variant | seed | reached (env steps, minutes) | then trained for (env steps) | lowest evaluation after "
+           "| lowest training success after |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in sorted(rows, key=lambda r: (variants_of(rows).index(r["variant"]), r["seed"])):
+        h = r.get("holding")
+        if not h:
+            continue
+        if not h["reached"]:
+            out.append(f"| {r['variant']} | {r['seed']} | not {h['level']:.0%} in {r['env_steps']:,} | - | - | - |")
+            continue
+        low_t = "-" if h["lowest_training_after"] is None else f"{h['lowest_training_after']:.0%}"
+        out.append(f"| {r['variant']} | {r['seed']} | {h['level']:.0%} at {h['env_steps']:,} ({h['minutes']} min) "
+                   f"| {h['env_steps_after']:,} | {h['lowest_eval_after']:.0%} | {low_t} |")  # fmt: skip
+    return "\n".join(out)
+
+
 def replot(name: str, target: float) -> None:
     data = json.loads((RESULTS / f"{name}.json").read_text())
     SIM[0] = data.get("sim", SIM[0])
     plot(data["runs"], RESULTS / f"{name}_curve.png", target)
     print(table(data["runs"], target))
+    print(holding_table(data["runs"]))
 
 
 def write(path: Path, rows: list[dict], args) -> None:
@@ -287,14 +376,21 @@ def main() -> None:
     ap.add_argument("--replot", action="store_true", help="only redraw the curve from the results file")
     ap.add_argument("--sim", default="gym_hil_random", help="gym_hil_random (state) or gym_hil_pixels (cameras)")
     ap.add_argument("--final-eval", type=int, default=0, help="episodes of a last evaluation of the kept policy")
+    ap.add_argument("--hold-level", type=float, default=0.98, help="success that, once reached, ...")
+    ap.add_argument("--hold-floor", type=float, default=0.95, help="... must not be left below from then on")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="seeds run side by side (each its own process; a paced run learns the same per env "
+                         "step however slowly it runs, but its minutes stretch: compare minutes at --jobs 1)")
     args = ap.parse_args()
     SIM[0] = args.sim
     if args.replot:
         return replot(args.name, args.target)
     RESULTS.mkdir(exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="bench-pick-random-"))
     path = RESULTS / f"{args.name}.json"
     rows = json.loads(path.read_text())["runs"] if args.append and path.exists() else []
+    if args.jobs > 1 and len(args.seeds) > 1:
+        return side_by_side(args, path, rows)
+    work = Path(tempfile.mkdtemp(prefix="bench-pick-random-"))
     for seed in args.seeds:
         demos = work / f"demos_s{seed}"
         demo_steps = record_demos(demos, seed) if any("{demos}" in " ".join(VARIANTS[v]) for v in args.variants) else 0
@@ -302,13 +398,65 @@ def main() -> None:
             run = run_variant(v, seed, args, work, demos, demo_steps)
             rows = [r for r in rows if (r["variant"], r["seed"]) != (v, seed)] + [run]  # a rerun replaces its row
             write(path, rows, args)  # after every run: a sweep that is stopped keeps the runs it finished
+    report(rows, args)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def side_by_side(args, path: Path, rows: list[dict]) -> None:
+    """Each seed in its own process (``--seeds S --name <name>.sS``), --jobs at a time; their
+    rows merged into the results file."""
+    import subprocess
+    import sys
+
+    argv = [a for a in sys.argv[1:]]
+    base = []
+    skip = False
+    for a in argv:  # the other options as given, without --seeds/--jobs/--name/--append
+        if skip and not a.startswith("--"):
+            continue
+        skip = a in ("--seeds", "--jobs", "--name")
+        if not skip and a != "--append":
+            base.append(a)
+    pending, running = list(args.seeds), {}
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            seed = pending.pop(0)
+            cmd = [sys.executable, __file__, *base, "--seeds", str(seed), "--name", f"{args.name}.s{seed}"]
+            running[seed] = subprocess.Popen(cmd)
+        for seed, proc in list(running.items()):
+            if proc.poll() is not None:
+                del running[seed]
+                if proc.returncode != 0:
+                    raise SystemExit(f"seed {seed} exited {proc.returncode}")
+        time.sleep(2)
+    for seed in args.seeds:
+        part = RESULTS / f"{args.name}.s{seed}.json"
+        got = json.loads(part.read_text())["runs"]
+        keys = {(r["variant"], r["seed"]) for r in got}
+        rows = [r for r in rows if (r["variant"], r["seed"]) not in keys] + got
+        part.unlink()
+        (RESULTS / f"{args.name}.s{seed}_curve.png").unlink(missing_ok=True)
+        for csv_path in RESULTS.glob(f"{args.name}.s{seed}_*_history.csv"):
+            csv_path.replace(RESULTS / csv_path.name.replace(f"{args.name}.s{seed}_", f"{args.name}_"))
+    for r in rows:
+        r["side_by_side"] = args.jobs
+    write(path, rows, args)
+    report(rows, args)
+
+
+def report(rows: list[dict], args) -> None:
     plot(rows, RESULTS / f"{args.name}_curve.png", args.target)
     print(table(rows, args.target))
+    print(holding_table(rows))
     for r in rows:
         print(f"{r['variant']:<12} seed {r['seed']}: to {args.target:.0%}: {r['env_steps_to_target']} steps / "
               f"{r['minutes_to_target']} min; best {r['best_eval_success']:.0%}; human share {r['human_share']:.1%} "
               f"({r['demo_steps']} demo + {r['supervisor_steps']} supervisor steps, {r['takeovers']} take-overs)")  # fmt: skip
-    shutil.rmtree(work, ignore_errors=True)
+        h = r.get("holding")
+        if h and h["reached"]:
+            print(f"    {h['level']:.0%} at {h['env_steps']:,} steps ({h['minutes']} min); over the next "
+                  f"{h['env_steps_after']:,} steps the lowest evaluation {h['lowest_eval_after']:.0%}, the lowest "
+                  f"rolling training success {h['lowest_training_after']}")  # fmt: skip
 
 
 if __name__ == "__main__":
