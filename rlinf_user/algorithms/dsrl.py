@@ -106,7 +106,7 @@ class DSRL(SAC):
 
     @classmethod
     def data_plan(cls, algo_cfg) -> ReplayPlan:
-        demo_ratio = float(algo_cfg.demo_ratio) if bool(algo_cfg.get("action_critic", False)) else 0.0
+        demo_ratio = float(algo_cfg.demo_ratio) if bool(getattr(algo_cfg, "action_critic", False)) else 0.0
         return ReplayPlan(
             batch_size=int(algo_cfg.batch_size), utd_ratio=float(algo_cfg.utd_ratio), learning_starts=0,
             demo_ratio=demo_ratio,
@@ -129,7 +129,7 @@ class DSRL(SAC):
         if int(algo_cfg.learning_starts) > 0:
             out.append(f"algo.learning_starts={algo_cfg.learning_starts}: DSRL explores with its own noise from the first "
                        "step (random actions would carry no noise to learn from); set 0")  # fmt: skip
-        na = bool(algo_cfg.get("action_critic", False))
+        na = bool(getattr(algo_cfg, "action_critic", False))
         if float(algo_cfg.demo_ratio) > 0 and not na:
             out.append("algo=dsrl learns from the noise it chose: demonstrations train the base policy (algo=bc), or "
                        "enter through an action critic (algo.action_critic=true); else set algo.demo_ratio=0")  # fmt: skip
