@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -393,8 +394,8 @@ class SAC(Algorithm):
         goes on where it was)."""
         done = self.num_updates - int(self.cfg.critic_warmup_updates)
         frac = min(1.0, max(0.0, done / float(self.cfg.temperature_decay_updates)))
-        start, end = float(self.cfg.init_temperature), float(self.cfg.final_temperature)
-        self.log_alpha.fill_(float(torch.tensor(start).log() * (1 - frac) + torch.tensor(end).log() * frac))
+        start, end = math.log(float(self.cfg.init_temperature)), math.log(float(self.cfg.final_temperature))
+        self.log_alpha.fill_(start * (1 - frac) + end * frac)
 
     @torch.no_grad()
     def _polyak(self) -> None:
