@@ -36,7 +36,7 @@ def run_hg_dagger(args, console) -> int:
     import ray
     import torch
 
-    from rlinf_user.env.registry import make_env
+    from rlinf_user.env.registry import make_recording_env
     from rlinf_user.env.spec import EnvSpec
     from rlinf_user.policies.base import build_policy
     from rlinf_user.rundir import attach_log_file, create_run_dir
@@ -60,7 +60,7 @@ def run_hg_dagger(args, console) -> int:
     try:
         from rlinf_user.data.lerobot_reader import LeRobotReader
 
-        env = make_env(cfg.env, seed=cfg.seed)
+        env = make_recording_env(cfg.env, seed=cfg.seed)
         spec = EnvSpec.of_env(env)
         demo_root = cfg.demos
         if h.synthetic_human:

@@ -52,11 +52,11 @@ def run_teleop(args, console) -> int:
     if args.dry_run:
         print(to_yaml(cfg), end="")
         return 0
-    from rlinf_user.env.registry import make_env
+    from rlinf_user.env.registry import make_recording_env
     from rlinf_user.robots.teleop.factory import open_teleop
     from rlinf_user.teleop.record import Recorder
 
-    env = make_env(cfg.env, seed=cfg.seed)
+    env = make_recording_env(cfg.env, seed=cfg.seed)
     writer = None
     device = None
     try:

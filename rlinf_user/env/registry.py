@@ -54,6 +54,16 @@ def validate_env_config(env_cfg: Any) -> None:
     backend_class(env_cfg.kind, env_cfg.backend).validate_config(env_cfg)
 
 
+def make_recording_env(env_cfg, seed: int = 0):
+    """A single env whose rewards are recorded into a dataset (teleop, HG-DAgger): the run's
+    shaping applied (:mod:`rlinf_user.env.shaping`), as the training envs apply it."""
+    from rlinf_user.env.shaping import ShapedEnv
+
+    env = make_env(env_cfg, seed=seed)
+    bonus = float(getattr(env_cfg, "success_bonus", 0.0) or 0.0)
+    return ShapedEnv(env, bonus) if bonus else env
+
+
 def make_vector_env(env_cfg: Any, num_envs: int, seed: int = 0):
     """``num_envs`` envs behind the batched interface of :mod:`rlinf_user.env.vector`.
 

@@ -1,6 +1,8 @@
 """Env-level reward shaping, applied in one place: every batched env a training run steps
 (:func:`rlinf_user.env.registry.make_vector_env`: lists of single envs and GPU-parallel
-simulators alike) is wrapped by :class:`ShapedVectorEnv`.
+simulators alike) is wrapped by :class:`ShapedVectorEnv`, and every single env whose
+rewards are recorded (``teleop``, ``hg-dagger``: a dataset's ``next.reward``) by
+:class:`ShapedEnv`, so that a demonstration's rewards are the ones its training run sees.
 
 ``success_bonus``: reward added on a step that ends the episode in success. With a dense
 reward and success terminating the episode, a learner otherwise prefers to hover just
@@ -37,3 +39,19 @@ class ShapedVectorEnv:
 
     def __getattr__(self, name: str) -> Any:  # everything else is the wrapped env's
         return getattr(self.venv, name)
+
+
+class ShapedEnv:
+    """One contract env with the run's shaping (what a recorded dataset's rewards follow)."""
+
+    def __init__(self, env, bonus: float = 0.0):
+        self.env = env
+        self.bonus = float(bonus)
+
+    def step(self, action, **kw):
+        obs, reward, terminated, truncated, info = self.env.step(action, **kw)
+        reward = float(success_bonus(np.array([reward]), np.array([terminated]), [info], self.bonus)[0])
+        return obs, reward, terminated, truncated, info
+
+    def __getattr__(self, name: str) -> Any:  # everything else is the wrapped env's
+        return getattr(self.env, name)

@@ -14,6 +14,7 @@ from rlinf_user.cli.main import main
 from rlinf_user.data import lerobot_format as fmt
 from rlinf_user.data.lerobot_reader import LeRobotReader
 from rlinf_user.data.lerobot_writer import LeRobotWriter
+from rlinf_user.env.spec import Col
 from rlinf_user.robots.teleop.device import QueueSource
 from rlinf_user.robots.teleop.evdev_input import EV_KEY, EV_SYN, pack_event
 from rlinf_user.robots.teleop.keyboard import KEY
@@ -169,7 +170,40 @@ def test_teleop_cli_records_scripted_demos_without_a_person(tmp_path, capsys):
     assert len(eps) == 3 and all(e.meta["outcome"] == "success" for e in eps)
     starts = {tuple(np.round(e.columns["observation.state"][0], 4)) for e in eps}
     assert len(starts) == 3  # a block placed anew each episode
+    # the rewards are the ones training sees: gym_hil's success bonus (15) on each success step
+    assert r.info[fmt.REWARD_INFO_KEY] == {"reward": "dense", "success_bonus": 15.0}
+    for e in eps:
+        reward, success = e.columns["next.reward"].ravel(), e.columns["next.success"].ravel().astype(bool)
+        assert success[-1] and reward[-1] >= 15.0 and (reward[~success] < 15.0).all(), reward
     capsys.readouterr()
     assert main(["teleop", "--sim", "maniskill", "teleop=synthetic", f"dataset.root={tmp_path / 'x'}"]) == 2
     assert "no scripted supervisor for maniskill" in capsys.readouterr().err.replace("\n", " ")
     assert not (tmp_path / "x").exists()
+
+
+def test_demos_recorded_without_their_success_bonus_get_it_on_load(tmp_path, caplog):
+    """A dataset whose info says env.success_bonus=10 but whose success steps lack it (recorded
+    before recordings applied the run's shaping) is repaired on load, with a warning; one
+    recorded now loads as written."""
+    import glob
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "reach"
+    assert main(["teleop", "--sim", "reach", "teleop=synthetic", f"dataset.root={root}", "dataset.episodes=3"]) == 0
+    fresh = load_demo_buffer(str(root))
+    rewards = fresh.storage[Col.REWARD][: fresh.size].copy()
+    assert (rewards >= 10.0).sum() == 3  # one success step per episode, bonus included
+    for f in glob.glob(str(root / "data" / "**" / "*.parquet"), recursive=True):  # as the old recorder wrote it
+        t = pq.read_table(f)
+        r = np.array(t["next.reward"].to_pylist(), np.float32).reshape(-1)
+        s = np.array(t["next.success"].to_pylist(), bool).reshape(-1)
+        old = np.where(s, r - 10.0, r).astype(np.float32)
+        i = t.schema.get_field_index("next.reward")
+        pq.write_table(t.set_column(i, t.schema.field(i), pa.array(old.tolist(), type=t.schema.field(i).type)), f)
+    assert (LeRobotReader(root).episode(0).columns["next.reward"] < 10.0).all()
+    with caplog.at_level("WARNING"):
+        repaired = load_demo_buffer(str(root))
+    assert np.allclose(repaired.storage[Col.REWARD][: repaired.size], rewards)
+    assert "3 success step(s)" in caplog.text and "added on load" in caplog.text

@@ -278,18 +278,33 @@ def load_demo_buffer(
     return demos
 
 
+def _add_missing_bonus(chunk: dict[str, np.ndarray], ep, bonus: float) -> int:
+    """Adds ``bonus`` to the steps that ended the episode in success without it (a dataset
+    recorded before recordings applied the run's shaping); returns how many."""
+    if not bonus or "next.success" not in ep.columns:
+        return 0
+    rows = len(chunk[Col.REWARD])
+    success = ep.columns["next.success"].astype(bool).reshape(-1)[:rows] & (chunk[Col.TERMINATED] > 0)
+    short = success & (chunk[Col.REWARD] < bonus)
+    chunk[Col.REWARD][short] += np.float32(bonus)
+    return int(short.sum())
+
+
 def _lerobot_demos(
     root: Path, cameras: list[str], instruction: bool = False, nstep: int = 1, gamma: float = 0.99
 ) -> ReplayBuffer:
+    from rlinf_user.data.lerobot_format import REWARD_INFO_KEY
     from rlinf_user.data.lerobot_reader import LeRobotReader, episode_transitions
 
     reader = LeRobotReader(root)
     chunks = []
-    policy_steps = 0
+    policy_steps = repaired = 0
+    bonus = float((reader.info.get(REWARD_INFO_KEY) or {}).get("success_bonus") or 0.0)
     for ep in reader.episodes(images=bool(cameras)):
         chunk = episode_transitions(ep, cameras, instruction)
         if chunk is None:
             continue
+        repaired += _add_missing_bonus(chunk, ep, bonus)
         # one stream per episode, numbered by frame: n-step returns never cross an episode
         # or a gap where the policy's steps are left out
         rows = len(chunk[Col.REWARD])
@@ -306,6 +321,12 @@ def _lerobot_demos(
             f"demos={root}: no human-controlled transitions in {reader.num_episodes} episode(s) "
             "(demonstrations are the steps flagged `intervention`)"
         )
+    if repaired:
+        log.warning(
+            "demos: %d success step(s) in %s hold no success bonus although the dataset says it was recorded "
+            "with env.success_bonus=%g (recorded before recordings applied the run's reward shaping): added on load",
+            repaired, root, bonus,
+        )  # fmt: skip
     n = sum(len(c[Col.REWARD]) for c in chunks)
     demos = ReplayBuffer(capacity=n, nstep=nstep, gamma=gamma)
     for c in chunks:
