@@ -49,6 +49,7 @@ same row: the steps it streamed back are what the worker folds.
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -61,6 +62,8 @@ from rlinf_user.algorithms.sac import SAC, SACConfig
 from rlinf_user.env.spec import Col
 from rlinf_user.policies.actor_critic import CriticEnsemble
 from rlinf_user.policies.steered import SteeredPolicyConfig
+
+log = logging.getLogger(__name__)
 
 # the policies with NoiseSteerable (rlinf_user.policies.steered); openpi_remote: a served
 # flow (scripts/serve_openpi_steerable.py) with policy.noise_shape set
@@ -165,6 +168,36 @@ class DSRL(SAC):
                        "(or policy.checkpoint=<folder> for pi0 / lite_vla)")  # fmt: skip
         return out
 
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        metrics = super().update(batch)
+        if self.num_updates == 1:
+            metrics.update(self.noise_authority(batch[Col.OBS]))
+        return metrics
+
+    @torch.no_grad()
+    def noise_authority(self, obs: dict[str, Any], draws: int = 16, states: int = 64) -> dict[str, float]:
+        """How far the frozen base's action moves with its noise: per action dim, the std of
+        ``base(s, noise)`` over noises drawn uniformly from the box, averaged over states. A
+        dim near 0 is one that steering cannot change (a clone of deterministic demonstrations
+        maps every noise to the demonstrated action); logged once, at the first update."""
+        from rlinf_user.env.contract import ACTION_NAMES
+
+        obs = _rows(obs, slice(0, states))
+        b = int(obs[Col.STATE].shape[0])
+        u = torch.rand(draws * b, self.policy.noise_dim, device=self.device) * 2 - 1
+        acts = self._executed(_repeat(obs, draws), u).view(draws, b, -1)
+        std = acts.std(0).mean(0).float().cpu()
+        names = [ACTION_NAMES[d] if d < len(ACTION_NAMES) else str(d) for d in self.spec.active_dims]
+        log.info("algo=dsrl: the base's action moves with its noise by (std over the noise box) %s",
+                 ", ".join(f"{n} {v:.3f}" for n, v in zip(names, std.tolist())))  # fmt: skip
+        still = [n for n, v in zip(names, std.tolist()) if v < 0.01]
+        if still:
+            log.warning("algo=dsrl: the base's %s do(es) not respond to its noise (std < 0.01 over the box of "
+                        "+-%g): steering cannot change them; a base that is more stochastic there (or "
+                        "algo.noise_max) gives the noise actor something to choose", ", ".join(still),
+                        float(self.cfg.noise_max))  # fmt: skip
+        return {f"noise_authority/{n}": v for n, v in zip(names, std.tolist())}
+
     # -- DSRL-NA: the action critic and the noise critic distilled from it ------------------
 
     def __init__(self, algo_cfg, policy, spec, device="cpu"):
@@ -217,10 +250,24 @@ class DSRL(SAC):
 
 def _twice(obs: Any) -> Any:
     """The batch of observations stacked on itself (nested dicts of tensors)."""
+    return _repeat(obs, 2)
+
+
+def _repeat(obs: Any, k: int) -> Any:
+    """The batch of observations stacked ``k`` times (nested dicts of tensors)."""
     if torch.is_tensor(obs):
-        return torch.cat([obs, obs])
+        return torch.cat([obs] * k)
     if isinstance(obs, dict):
-        return {k: _twice(v) for k, v in obs.items()}
+        return {key: _repeat(v, k) for key, v in obs.items()}
     if isinstance(obs, list | tuple):  # per-row values (instructions)
-        return [*obs, *obs]
+        return [*obs] * k
+    return obs
+
+
+def _rows(obs: Any, rows: slice) -> Any:
+    """Rows ``rows`` of a batch of observations (nested dicts of tensors)."""
+    if torch.is_tensor(obs) or isinstance(obs, list | tuple):
+        return obs[rows]
+    if isinstance(obs, dict):
+        return {key: _rows(v, rows) for key, v in obs.items()}
     return obs

@@ -182,3 +182,27 @@ def test_the_action_critic_learns_from_rows_without_noise_and_steers_the_actor_t
     again = build_algorithm(cfg.algo, cfg.policy, spec)
     again.load_checkpoint_state(saved)
     torch.testing.assert_close(again.policy.act({Col.STATE: state[:1]}, deterministic=True).actions, after[None, None])
+
+
+def test_the_base_noise_authority_names_dims_that_steering_cannot_move(reach, caplog):
+    """At its first update the learner measures how far the base's action moves with its
+    noise, per action dim, and warns about a dim that does not move (a base whose output
+    there ignores the noise, as a clone of deterministic demonstrations does)."""
+    spec, base, run, obs = reach
+    algo = build_algorithm(dsrl_cfg(run).algo, dsrl_cfg(run).policy, spec)
+    moves = algo.noise_authority(obs)
+    assert set(moves) == {"noise_authority/dx", "noise_authority/dy", "noise_authority/dz"}
+    assert all(v > 0.01 for v in moves.values()), moves  # an untrained flow: every dim follows the noise
+    # a base that ignores its noise for dz (its dz the same from every noise)
+    flow = algo.policy.base.act_from_noise
+
+    def deaf_in_dz(o, noise):
+        a = flow(o, noise).clone()
+        a[..., 2] = flow(o, torch.zeros_like(noise))[..., 2]
+        return a
+
+    algo.policy.base.act_from_noise = deaf_in_dz
+    with caplog.at_level("WARNING"):
+        moves = algo.noise_authority(obs)
+    assert moves["noise_authority/dz"] < 1e-6 and moves["noise_authority/dx"] > 0.01, moves
+    assert "dz do(es) not respond to its noise" in caplog.text
