@@ -14,6 +14,13 @@ env steps and against wall-clock, mean and range over seeds).
     python benchmarks/bench_pick_random.py --sim gym_hil_pixels --seeds 0 --target 0.8 \
         --eval-episodes 20 --eval-every 4000 --final-eval 50 --name pick_pixels
 
+``dsrl``/``dsrl_na``: a flow policy is first cloned on the seed's demos (``algo=bc
+policy=flow``) and frozen; ``algo=dsrl`` steers its noise (its first evaluation is the clone's
+zero-noise policy):
+
+    python benchmarks/bench_pick_random.py --name dsrl_pick --variants dsrl flow --seeds 0 1 2 --jobs 3 \
+        --max-steps 10000 --target 0.98 --final-eval 50
+
 ``--sim gym_hil_pixels``: the same pick seen through the front and wrist cameras (frozen
 EfficientNet-Lite0 features, no block position in the state). ``--final-eval N``: the kept
 (best) policy once more on N block positions that neither training nor the evaluations
@@ -100,7 +107,16 @@ VARIANTS: dict[str, list[str]] = {
     # IQL's recipe for this task (configs/sim/gym_hil_random.yaml, algo_tuning.iql): DDPG+BC
     # online on the demonstrated rows, exploring with a std of 0.5 or more
     "iql_recipe": ["algo=iql", "demos={demos}"],
+    # DSRL: SAC over the input noise of a flow policy cloned on the same demos ({clone}:
+    # algo=bc policy=flow, CLONE_UPDATES updates), frozen; the clone's own success is the
+    # run's first evaluation
+    "dsrl": ["algo=dsrl", "policy=flow", "algo.base_checkpoint={clone}", "algo.paced=true"],
+    # DSRL-NA: the same, its noise critic distilled from an action critic that also learns
+    # from the demonstrations (a quarter of each batch)
+    "dsrl_na": ["algo=dsrl", "policy=flow", "algo.base_checkpoint={clone}", "algo.paced=true",
+                "algo.action_critic=true", "demos={demos}", "algo.demo_ratio=0.25"],
 }
+CLONE_UPDATES = 3000  # behaviour-cloning updates of the flow policy that dsrl steers
 
 
 def record_demos(root: Path, seed: int) -> int:
@@ -111,6 +127,20 @@ def record_demos(root: Path, seed: int) -> int:
     if rc != 0:
         raise SystemExit(f"recording demonstrations exited {rc}")
     return int(json.loads((root / "meta" / "info.json").read_text())["total_frames"])
+
+
+def clone_flow(work: Path, demos: Path, seed: int) -> Path:
+    """The flow policy that DSRL steers: cloned on the seed's demonstrations (once per seed)."""
+    from rlinf_user.cli.main import main
+
+    run = work / f"clone_s{seed}"
+    if not (run / "checkpoints" / "best.pt").exists():
+        rc = main(["train", "--sim", SIM[0], *ENV, "algo=bc", "policy=flow", f"demos={demos}", f"seed={seed}",
+                   f"total_env_steps={CLONE_UPDATES}", "eval_every_steps=1000000", "eval_at_start=false",
+                   f"run_root={work}", f"run_name={run.name}", "progress=false"])  # fmt: skip
+        if rc != 0:
+            raise SystemExit(f"cloning the flow policy exited {rc}")
+    return run
 
 
 def supervisor_steps(run: Path) -> tuple[int, int]:
@@ -181,7 +211,8 @@ def run_variant(name: str, seed: int, args, work: Path, demos: Path, demo_steps:
     from rlinf_user.cli.main import main
 
     run_name = f"{name}_s{seed}"
-    overrides = [o.format(demos=demos) for o in VARIANTS[name]]
+    clone = clone_flow(work, demos, seed) if any("{clone}" in o for o in VARIANTS[name]) else None
+    overrides = [o.format(demos=demos, clone=clone) for o in VARIANTS[name]]
     argv = [
         "train", "--sim", SIM[0], *ENV, f"seed={seed}", f"target_success={args.target}",
         f"max_wall_minutes={args.minutes}", f"total_env_steps={args.max_steps}", f"eval_every_steps={args.eval_every}",
@@ -197,7 +228,7 @@ def run_variant(name: str, seed: int, args, work: Path, demos: Path, demo_steps:
         history = [{k: float(v) for k, v in h.items()} for h in csv.DictReader(f)]
     summary = json.loads((run / "eval" / "summary.json").read_text())
     reached = next((h for h in history if h["success_rate"] >= args.target), None)
-    used_demos = any(o.startswith("demos=") for o in overrides)
+    used_demos = clone is not None or any(o.startswith("demos=") for o in overrides)
     sup_steps, takeovers = supervisor_steps(run)
     env_steps = int(summary["env_steps"])
     human = (demo_steps if used_demos else 0) + sup_steps
@@ -393,7 +424,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-pick-random-"))
     for seed in args.seeds:
         demos = work / f"demos_s{seed}"
-        demo_steps = record_demos(demos, seed) if any("{demos}" in " ".join(VARIANTS[v]) for v in args.variants) else 0
+        demo_steps = record_demos(demos, seed) if any(k in " ".join(VARIANTS[v]) for v in args.variants
+                                                      for k in ("{demos}", "{clone}")) else 0
         for v in args.variants:
             run = run_variant(v, seed, args, work, demos, demo_steps)
             rows = [r for r in rows if (r["variant"], r["seed"]) != (v, seed)] + [run]  # a rerun replaces its row
