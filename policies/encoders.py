@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -187,8 +188,50 @@ ENCODERS = Registry("encoder", {
 
 
 def build_encoder(policy_cfg, spec) -> nn.Module:
-    """The observation encoder for ``spec`` (:class:`rlinf_user.env.spec.EnvSpec`)."""
+    """The observation encoder for ``spec`` (:class:`rlinf_user.env.spec.EnvSpec`); on an env
+    whose observations carry a language instruction, its features carry the instruction too."""
     kind = encoder_kind(policy_cfg)
     if kind not in ENCODERS:
         raise ValueError(f"unknown encoder {kind!r} (policy {policy_cfg.name!r}); available: {', '.join(ENCODERS.names())}")
-    return ENCODERS.get(kind)(policy_cfg, spec)
+    encoder = ENCODERS.get(kind)(policy_cfg, spec)
+    return InstructionConditioned(encoder) if getattr(spec, "instruction", False) else encoder
+
+
+class InstructionConditioned(nn.Module):
+    """An encoder's features with the episode's instruction appended: the mean of a learned
+    vector per word (words hashed into ``buckets``, lower-cased). For the policies that do not
+    read language themselves (mlp, cnn, a pretrained vision trunk), on a task that names its
+    goal in words: a noise actor steering a VLA (``algo=dsrl``), SAC's critics. A handful of
+    instructions that differ in a word ("reach the red target" / "... blue ...") get distinct
+    features; the hashing is stable across processes (crc32), so the env workers and the
+    learner agree."""
+
+    def __init__(self, inner: nn.Module, dim: int = 16, buckets: int = 4096):
+        super().__init__()
+        self.inner = inner
+        self.buckets = int(buckets)
+        self.words = nn.EmbeddingBag(self.buckets, dim, mode="mean")
+        nn.init.normal_(self.words.weight, std=1.0)
+        self.out_dim = int(inner.out_dim) + dim
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        feats = self.inner(obs)
+        texts = obs.get(Col.INSTRUCTION)
+        if texts is None:
+            raise ValueError("this policy's encoder reads the observation's instruction, and the batch carries none")
+        ids, offsets = [], []
+        for text in texts:
+            offsets.append(len(ids))
+            ids += [zlib.crc32(w.encode()) % self.buckets for w in str(text).lower().split()] or [0]
+        dev = feats.device
+        words = self.words(torch.tensor(ids, device=dev), torch.tensor(offsets, device=dev))
+        return torch.cat([feats, words.to(feats.dtype)], dim=-1)
+
+    def __getattr__(self, name: str):  # the inner encoder's parts (norm, with_maps, cameras)
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            inner = self.__dict__.get("_modules", {}).get("inner")
+            if inner is None or name.startswith("__"):  # half-built (copy, unpickling)
+                raise
+            return getattr(inner, name)

@@ -192,9 +192,9 @@ class DSRL(SAC):
                  ", ".join(f"{n} {v:.3f}" for n, v in zip(names, std.tolist())))  # fmt: skip
         still = [n for n, v in zip(names, std.tolist()) if v < 0.01]
         if still:
-            log.warning("algo=dsrl: the base's %s do(es) not respond to its noise (std < 0.01 over the box of "
-                        "+-%g): steering cannot change them; a base that is more stochastic there (or "
-                        "algo.noise_max) gives the noise actor something to choose", ", ".join(still),
+            log.warning("algo=dsrl: the base's action does not move with its noise in %s (std < 0.01 over the box "
+                        "of +-%g): steering cannot change it there; a base that is more stochastic there (or a "
+                        "larger algo.noise_max) gives the noise actor something to choose", ", ".join(still),
                         float(self.cfg.noise_max))  # fmt: skip
         return {f"noise_authority/{n}": v for n, v in zip(names, std.tolist())}
 

@@ -205,4 +205,4 @@ def test_the_base_noise_authority_names_dims_that_steering_cannot_move(reach, ca
     with caplog.at_level("WARNING"):
         moves = algo.noise_authority(obs)
     assert moves["noise_authority/dz"] < 1e-6 and moves["noise_authority/dx"] > 0.01, moves
-    assert "dz do(es) not respond to its noise" in caplog.text
+    assert "does not move with its noise in dz " in caplog.text

@@ -145,3 +145,35 @@ def test_ppo_refines_the_state_statistics_after_each_update_not_during_it():
     plain = build_algorithm(off.algo, off.policy, SPEC)
     plain.update(batch)
     assert float(plain.policy.encoder.norm.count) == 0
+
+
+def test_on_an_env_with_instructions_the_encoder_reads_them():
+    """A policy that does not read language itself (mlp, cnn) gets the instruction in its
+    features: the same state under two instructions encodes differently, the same
+    instruction the same, copies (SAC's critic encoder) agree, and a batch without the
+    instruction is refused. A critic trained on it separates two goals named in words."""
+    import copy
+
+    spec = EnvSpec(state_dim=3, cameras={}, instruction=True)
+    policy = build_policy(compose_config(["policy=mlp", "policy.hidden=[32,32]"], sim="reach").policy, spec)
+    state = torch.zeros(4, 3)
+    texts = ["reach the red target", "reach the blue target", "reach the red target", "Reach  the RED target"]
+    feats = policy.encoder({Col.STATE: state, Col.IMAGES: {}, Col.INSTRUCTION: texts})
+    assert feats.shape == (4, policy.encoder.out_dim) and policy.encoder.out_dim > 3
+    assert torch.equal(feats[0], feats[2]) and torch.equal(feats[0], feats[3]) and not torch.equal(feats[0], feats[1])
+    twin = copy.deepcopy(policy.encoder)
+    assert torch.equal(twin({Col.STATE: state, Col.IMAGES: {}, Col.INSTRUCTION: texts}), feats)
+    assert policy.encoder.norm is policy.encoder.inner.norm  # the inner encoder's parts, as before
+    with pytest.raises(ValueError, match="instruction"):
+        policy.encoder({Col.STATE: state, Col.IMAGES: {}})
+    # a head on these features learns a value that only the words tell apart
+    head = torch.nn.Linear(policy.encoder.out_dim, 1)
+    opt = torch.optim.Adam([*policy.encoder.parameters(), *head.parameters()], lr=0.05)
+    obs = {Col.STATE: torch.zeros(2, 3), Col.IMAGES: {}, Col.INSTRUCTION: texts[:2]}
+    target = torch.tensor([[1.0], [-1.0]])
+    for _ in range(100):
+        loss = torch.nn.functional.mse_loss(head(policy.encoder(obs)), target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 1e-3
