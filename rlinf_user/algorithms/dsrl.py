@@ -184,7 +184,8 @@ class DSRL(SAC):
 
         obs = _rows(obs, slice(0, states))
         b = int(obs[Col.STATE].shape[0])
-        u = torch.rand(draws * b, self.policy.noise_dim, device=self.device) * 2 - 1
+        rng = torch.Generator(device=self.device).manual_seed(0)  # the training's random streams stay as they were
+        u = torch.rand(draws * b, self.policy.noise_dim, device=self.device, generator=rng) * 2 - 1
         acts = self._executed(_repeat(obs, draws), u).view(draws, b, -1)
         std = acts.std(0).mean(0).float().cpu()
         names = [ACTION_NAMES[d] if d < len(ACTION_NAMES) else str(d) for d in self.spec.active_dims]
