@@ -77,6 +77,21 @@ def check_fits(capacity: int, schema: dict[str, tuple[tuple[int, ...], np.dtype]
         )
 
 
+def expected_schema(state_dim: int, cameras: dict[str, tuple[int, int]], frames: bool = True
+                    ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The columns every replay row will hold at least, known before the first chunk: the
+    state and (``frames``: rows keep the frames, not a frozen encoder's features) each
+    camera's frame, before and after. :func:`check_fits` on it refuses a capacity that
+    cannot fit before any worker starts (the first chunk would otherwise be refused)."""
+    out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    for prefix in (Col.OBS, Col.NEXT_OBS):
+        out[Col.state(prefix)] = ((int(state_dim),), np.dtype(np.float32))
+        if frames:
+            for cam, (h, w) in cameras.items():
+                out[Col.image(prefix, cam)] = ((int(h), int(w), 3), np.dtype(np.uint8))
+    return out
+
+
 class ReplayBuffer:
     def __init__(
         self, capacity: int, directory: str | Path | None = None, fsync: bool = True, keep_full_log: bool = False,

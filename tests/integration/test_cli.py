@@ -132,3 +132,19 @@ def test_eval_a_vla_folder_without_a_run(tmp_path):
     assert r.returncode == 2 and "policy=pi0: " in r.stderr and "Traceback" not in r.stderr
     r = run("eval", "--episodes", "1")
     assert r.returncode == 2 and "--sim/--robot with policy=" in " ".join(r.stderr.split())
+
+
+@pytest.mark.parametrize("placement,holder", [("collocated", "the learner"), ("disaggregated", "the replay buffer")])
+def test_a_replay_buffer_that_cannot_fit_is_refused_before_any_worker_runs(tmp_path, placement, holder):
+    """An image env at a capacity no memory holds: one error naming a capacity that fits,
+    given when the buffer is built, not after a worker's first chunk is refused and the
+    worker restarted until the run gives up."""
+    r = run("train", "--sim", "reach_color", "buffer.capacity=1000000000", "total_env_steps=200", f"placement={placement}",
+            f"run_root={tmp_path}", "run_name=big", "progress=false", timeout=300)  # fmt: skip
+    assert r.returncode != 0
+    err = " ".join((r.stdout + r.stderr).split())  # the console wraps long lines
+    assert re.search(rf"error: {holder} could not start: .*buffer\.capacity=1,000,000,000 .*obs/images/top 64x64x3.*"
+                     r"set buffer\.capacity=[\d,]+", err), err[-3000:]  # fmt: skip
+    assert "restart" not in err.lower(), err[-3000:]
+    assert not list((tmp_path / "big").glob("buffer/seg-*.log")) or all(
+        p.stat().st_size == 0 for p in (tmp_path / "big").glob("buffer/seg-*.log"))

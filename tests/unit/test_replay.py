@@ -187,3 +187,20 @@ def test_a_buffer_too_big_for_memory_is_refused_with_a_capacity_that_fits(monkey
         rb.add(c)
     small = replay.ReplayBuffer(100_000)
     assert small.add(c) == 2  # 4.6 GiB fits
+
+
+def test_the_replay_service_refuses_a_capacity_before_its_first_row(monkeypatch, tmp_path):
+    """Given the rows' known columns, the service refuses at construction, not when a
+    worker's first chunk arrives; with frame features the frames are not counted."""
+    from rlinf_user.data import replay
+    from rlinf_user.runtime.learning.replay_service import ReplayService
+
+    monkeypatch.setattr(replay, "available_bytes", lambda: 24 * 2**30)
+    expected = replay.expected_schema(7, {"front": (128, 128), "wrist": (128, 128)})
+    assert expected["next_obs/images/wrist"] == ((128, 128, 3), np.dtype(np.uint8))
+    with pytest.raises(MemoryError, match=r"196,664 bytes each \(obs/images/front 128x128x3, .*set buffer.capacity=65,000 "):
+        ReplayService(1_000_000, str(tmp_path / "buffer"), expected=expected)
+    assert not list((tmp_path / "buffer").glob("seg-*.log"))  # nothing created on disk either
+    feats = replay.expected_schema(7, {"front": (128, 128)}, frames=False)
+    assert list(feats) == ["obs/state", "next_obs/state"]
+    ReplayService(1_000_000, None, expected=feats)  # 56 bytes a row: fits

@@ -73,6 +73,7 @@ class Learner:
         if self.on_policy:
             self.segments = self.algo.segment_store()
         elif replay is None:  # collocated: the buffer lives in this process
+            from rlinf_user.data.replay import expected_schema
             from rlinf_user.policies.frame_features import frame_feature_settings
             from rlinf_user.runtime.learning.replay_service import (
                 ReplayService,
@@ -94,6 +95,8 @@ class Learner:
                 nstep=self.plan.n_step,
                 gamma=self.plan.gamma,
                 frame_features=frame_feature_settings(cfg),
+                expected=expected_schema(self.spec.state_dim, dict(self.spec.cameras),
+                                         frames=frame_feature_settings(cfg) is None),
             )
         else:
             self.remote_replay = replay

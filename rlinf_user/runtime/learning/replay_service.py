@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlinf_user.data.replay import ReplayBuffer, TransitionError
+from rlinf_user.data.replay import ReplayBuffer, TransitionError, check_fits
 from rlinf_user.env.spec import Col
 from rlinf_user.runtime.learning.ordered_sink import SenderOrder
 
@@ -49,7 +49,13 @@ class ReplayService:
         nstep: int = 1,
         gamma: float = 0.99,
         frame_features: dict | None = None,
+        expected: dict | None = None,
     ):
+        """``expected``: the row columns known before the first chunk
+        (:func:`~rlinf_user.data.replay.expected_schema`); a capacity they cannot fit
+        in is refused here, before any worker sends a row."""
+        if expected is not None:
+            check_fits(int(capacity), expected)
         self.buffer = ReplayBuffer(
             capacity, directory, keep_full_log=keep_full_log, segment_bytes=int(segment_mb * 2**20),
             nstep=nstep, gamma=gamma,

@@ -62,6 +62,7 @@ class Trainer(Supervision):
         import ray
         import torch
 
+        from rlinf_user.data.replay import expected_schema
         from rlinf_user.policies.frame_features import frame_feature_settings
         from rlinf_user.runtime.learning.learner import Learner, latest_checkpoint
         from rlinf_user.runtime.learning.replay_service import ReplayService, interventions_as_demos, reward_settings
@@ -125,8 +126,11 @@ class Trainer(Supervision):
                     self.data_plan.n_step,
                     self.data_plan.gamma,
                     frame_feature_settings(cfg),
+                    expected_schema(self.spec.state_dim, dict(self.spec.cameras),
+                                    frames=frame_feature_settings(cfg) is None),
                 )
             )
+            self._check_started(self.replay, "the replay buffer")
         self._learner_cls = ray.remote(Learner)
         self.learner = self._new_learner()
         if cfg.resume:
@@ -145,6 +149,8 @@ class Trainer(Supervision):
                 f"the learner did not start within {START_TIMEOUT_S:.0f} s: no node has free "
                 f"{plan.learner.actor_options()} (`ray status` shows what the cluster offers)"
             ) from err
+        except ray.exceptions.RayActorError as err:
+            raise RunError(f"the learner could not start: {root_cause(err)}") from err
         ray.get(self.learner.warm_start_if_due.remote())  # as long as it takes (no start timeout)
         self.progress.version = ray.get(self.learner.publish.remote())
         self.sink = self.replay if self.replay is not None else self.learner
@@ -157,6 +163,18 @@ class Trainer(Supervision):
             self._own_eval_worker = self._new_eval_worker()
         if self.cfg.resume:
             log.info("replay after restore: %s", ray.get(self.learner.replay_stats.remote()))
+
+    def _check_started(self, actor, what: str) -> None:
+        """Wait for an actor's constructor; its failure (e.g. a replay capacity that
+        cannot fit) becomes one clear error before any worker sends a row."""
+        import ray
+
+        try:
+            ray.get(actor.pid.remote(), timeout=START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError as err:
+            raise RunError(f"{what} did not start within {START_TIMEOUT_S:.0f} s") from err
+        except ray.exceptions.RayActorError as err:
+            raise RunError(f"{what} could not start: {root_cause(err)}") from err
 
     # -- main loop ----------------------------------------------------------------------------
     def rows_per_round(self) -> int:
