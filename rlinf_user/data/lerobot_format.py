@@ -136,9 +136,20 @@ def feature_mismatch(have: Mapping[str, Any], want: Mapping[str, Any]) -> list[s
 REWARD_INFO_KEY = "rlinf_user_reward"
 
 
+REWARD_SETTINGS = ("reward", "success_bonus")
+
+
 def reward_info(env_cfg) -> dict[str, Any]:
-    """The reward settings a recording's ``next.reward`` column follows."""
-    return {"reward": str(env_cfg.reward), "success_bonus": float(env_cfg.get("success_bonus", 0.0) or 0.0)}
+    """The reward settings a recording's ``next.reward`` column follows. ``bonus_applied``:
+    its success steps hold the bonus (recordings made before recorders applied the run's
+    shaping lack the mark, and the bonus; their loader adds it)."""
+    return {"reward": str(env_cfg.reward), "success_bonus": float(env_cfg.get("success_bonus", 0.0) or 0.0),
+            "bonus_applied": True}  # fmt: skip
+
+
+def same_reward(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two recordings' rewards follow the same settings (marks aside)."""
+    return all(a.get(k) == b.get(k) for k in REWARD_SETTINGS)
 
 
 def reward_mismatch(recorded: dict[str, Any] | None, env_cfg) -> str | None:
@@ -146,7 +157,7 @@ def reward_mismatch(recorded: dict[str, Any] | None, env_cfg) -> str | None:
     if not recorded:
         return None
     now = reward_info(env_cfg)
-    if recorded == now:
+    if same_reward(recorded, now):
         return None
     return (
         f"its rewards were recorded with env.reward={recorded.get('reward')} env.success_bonus={recorded.get('success_bonus')}, "

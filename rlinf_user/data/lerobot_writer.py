@@ -94,7 +94,9 @@ class LeRobotWriter:
             if int(self.info["fps"]) != int(fps):
                 raise fmt.DatasetError(f"cannot append to {self.root}: it was recorded at {self.info['fps']} fps, not {fps}")
             had = self.info.get(fmt.REWARD_INFO_KEY)
-            if reward is not None and had is not None and had != reward:
+            # appended episodes keep the dataset's info as it is (an older one's missing
+            # bonus mark too: its loader then checks every success step)
+            if reward is not None and had is not None and not fmt.same_reward(had, reward):
                 raise fmt.DatasetError(f"cannot append to {self.root}: its rewards follow {had}, these episodes' {reward}")
             self.features = self.info["features"]
             stats_path = self.root / fmt.STATS_PATH

@@ -5,6 +5,7 @@ gym_hil's Franka pick-cube; a recorded keyboard session (kernel input events) dr
 ``rlinf-user teleop`` on ManiSkill with a camera. Datasets are read back and checked.
 """
 
+import json
 import time
 
 import numpy as np
@@ -171,7 +172,7 @@ def test_teleop_cli_records_scripted_demos_without_a_person(tmp_path, capsys):
     starts = {tuple(np.round(e.columns["observation.state"][0], 4)) for e in eps}
     assert len(starts) == 3  # a block placed anew each episode
     # the rewards are the ones training sees: gym_hil's success bonus (15) on each success step
-    assert r.info[fmt.REWARD_INFO_KEY] == {"reward": "dense", "success_bonus": 15.0}
+    assert r.info[fmt.REWARD_INFO_KEY] == {"reward": "dense", "success_bonus": 15.0, "bonus_applied": True}
     for e in eps:
         reward, success = e.columns["next.reward"].ravel(), e.columns["next.success"].ravel().astype(bool)
         assert success[-1] and reward[-1] >= 15.0 and (reward[~success] < 15.0).all(), reward
@@ -203,6 +204,15 @@ def test_demos_recorded_without_their_success_bonus_get_it_on_load(tmp_path, cap
         i = t.schema.get_field_index("next.reward")
         pq.write_table(t.set_column(i, t.schema.field(i), pa.array(old.tolist(), type=t.schema.field(i).type)), f)
     assert (LeRobotReader(root).episode(0).columns["next.reward"] < 10.0).all()
+    # the mark says the bonus is in: rewards below it on success steps are what was recorded
+    # (a task whose steps cost more than its bonus), and load as they are
+    with caplog.at_level("WARNING"):
+        marked = load_demo_buffer(str(root))
+    assert (marked.storage[Col.REWARD][: marked.size] < 10.0).all() and "added on load" not in caplog.text
+    info_path = root / fmt.INFO_PATH  # as the old recorder wrote it: no mark
+    info = json.loads(info_path.read_text())
+    del info[fmt.REWARD_INFO_KEY]["bonus_applied"]
+    info_path.write_text(json.dumps(info))
     with caplog.at_level("WARNING"):
         repaired = load_demo_buffer(str(root))
     assert np.allclose(repaired.storage[Col.REWARD][: repaired.size], rewards)

@@ -216,7 +216,8 @@ def test_demos_recorded_under_other_reward_settings_are_refused(tmp_path):
     w = LeRobotWriter(root, FPS, fmt.contract_features(4, {}, FPS), reward=fmt.reward_info(dense))
     record(w, 0, 5)
     w.close()
-    assert json.loads((root / "meta/info.json").read_text())[fmt.REWARD_INFO_KEY] == {"reward": "dense", "success_bonus": 15.0}
+    assert json.loads((root / "meta/info.json").read_text())[fmt.REWARD_INFO_KEY] == {
+        "reward": "dense", "success_bonus": 15.0, "bonus_applied": True}  # fmt: skip
     spec = EnvSpec(state_dim=4, cameras={})
     check_demos(str(root), spec, dense)  # the same settings: fine
     check_demos(str(root), spec, None)  # a learned reward relabels them: fine
@@ -225,3 +226,12 @@ def test_demos_recorded_under_other_reward_settings_are_refused(tmp_path):
     # appending episodes recorded under other settings is refused too
     with pytest.raises(fmt.DatasetError, match="rewards follow"):
         LeRobotWriter(root, FPS, fmt.contract_features(4, {}, FPS), resume=True, reward={"reward": "sparse", "success_bonus": 0.0})
+    # an older dataset (no bonus mark) takes episodes recorded under its settings, and keeps its info
+    info = json.loads((root / "meta/info.json").read_text())
+    del info[fmt.REWARD_INFO_KEY]["bonus_applied"]
+    (root / "meta/info.json").write_text(json.dumps(info))
+    check_demos(str(root), spec, dense)
+    w = LeRobotWriter(root, FPS, fmt.contract_features(4, {}, FPS), resume=True, reward=fmt.reward_info(dense))
+    record(w, 1, 5)
+    w.close()
+    assert "bonus_applied" not in json.loads((root / "meta/info.json").read_text())[fmt.REWARD_INFO_KEY]

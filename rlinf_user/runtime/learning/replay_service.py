@@ -305,7 +305,9 @@ def _lerobot_demos(
     reader = LeRobotReader(root)
     chunks = []
     policy_steps = repaired = 0
-    bonus = float((reader.info.get(REWARD_INFO_KEY) or {}).get("success_bonus") or 0.0)
+    recorded = reader.info.get(REWARD_INFO_KEY) or {}
+    # a dataset without the mark was recorded before recorders applied the bonus
+    bonus = 0.0 if recorded.get("bonus_applied") else float(recorded.get("success_bonus") or 0.0)
     for ep in reader.episodes(images=bool(cameras)):
         chunk = episode_transitions(ep, cameras, instruction)
         if chunk is None:
