@@ -142,10 +142,13 @@ def first_step(out: PolicyOutput) -> torch.Tensor:
 def policy_state_of(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The policy weights inside a checkpoint: ``best.pt`` holds them as ``policy``; a
     learner checkpoint as the algorithm's ``policy`` entry (or, before the algorithm
-    interface, as the ``policy.`` keys of the SAC agent's ``model``)."""
+    interface, as the ``policy.`` keys of the SAC agent's ``model``, or its ``policy_avg.``
+    ones where it published an average of its actor)."""
     if "policy" in checkpoint:
         return checkpoint["policy"]
     agent = checkpoint["agent"]
     if "policy" in agent:
         return agent["policy"]
-    return {k[len("policy.") :]: v for k, v in agent["model"].items() if k.startswith("policy.")}
+    # the acting policy: SAC's moving average of its actor where it keeps one (policy_ema)
+    prefix = "policy_avg." if any(k.startswith("policy_avg.") for k in agent["model"]) else "policy."
+    return {k[len(prefix) :]: v for k, v in agent["model"].items() if k.startswith(prefix)}

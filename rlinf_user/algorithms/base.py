@@ -213,9 +213,15 @@ class Algorithm:
     def after_warm_start(self) -> None:
         """The policy was trained outside this algorithm (the BC warm start)."""
 
+    @property
+    def acting_policy(self) -> torch.nn.Module:
+        """The weights published to act and be evaluated (the trained policy itself, unless
+        an algorithm publishes something derived from it)."""
+        return self.policy
+
     def policy_state(self) -> dict[str, torch.Tensor]:
         """CPU copy of the rollout policy's weights, for publication."""
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.acting_policy.state_dict().items()}
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The policy and the one optimiser ``self.opt`` (algorithms with more override this)."""

@@ -100,6 +100,11 @@ class SACConfig:
     actor_loss: str = "reparam"
     awac_beta: float = 0.5
     awac_max_weight: float = 20.0
+    # the policy that acts and is evaluated: an exponential moving average of the actor's
+    # weights, moved by (1 - policy_ema) towards it after each actor update (0: the actor
+    # itself). Averaging over ~1/(1 - policy_ema) updates smooths the update-to-update
+    # wobble of a policy that has learned, which a single evaluation otherwise catches
+    policy_ema: float = 0.0
     drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
     grad_clip: float = 0.0
     reward_scale: float = 1.0
@@ -224,9 +229,14 @@ class SAC(Algorithm):
         actor_params = [p for n, p in policy.named_parameters() if not (self.shared_encoder and n.startswith("encoder."))]
         self.actor_opt = torch.optim.Adam(actor_params, lr=algo_cfg.actor_lr, betas=betas)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=algo_cfg.alpha_lr, betas=betas)
+        ema = float(getattr(algo_cfg, "policy_ema", 0.0) or 0.0)
+        if not 0.0 <= ema < 1.0:
+            raise ValueError(f"algo.policy_ema={ema}: a moving-average rate in [0, 1) (0: off)")
+        self.policy_avg = copy.deepcopy(policy).requires_grad_(False) if ema > 0 else None
         self._modules = {"policy": policy, "critic": self.critic, "target_critic": self.target_critic,
                          "target_encoder": self.target_encoder,
-                         "critic_encoder": None if self.shared_encoder else self.critic_encoder}  # fmt: skip
+                         "critic_encoder": None if self.shared_encoder else self.critic_encoder,
+                         "policy_avg": self.policy_avg}  # fmt: skip
         for m in self._modules.values():
             if m is not None:
                 m.to(self.device)
@@ -234,6 +244,21 @@ class SAC(Algorithm):
 
     def after_warm_start(self) -> None:
         self.sync_encoders()
+        if self.policy_avg is not None:  # the average starts from the cloned policy
+            self.policy_avg.load_state_dict(self.policy.state_dict())
+
+    @torch.no_grad()
+    def _average_policy(self) -> None:
+        rate = 1.0 - float(self.cfg.policy_ema)
+        for p, ap in zip(self.policy.parameters(), self.policy_avg.parameters()):
+            ap.lerp_(p, rate)
+        for b, ab in zip(self.policy.buffers(), self.policy_avg.buffers()):
+            ab.copy_(b)
+
+    @property
+    def acting_policy(self) -> torch.nn.Module:
+        """The actor's moving average where ``policy_ema`` > 0."""
+        return self.policy if self.policy_avg is None else self.policy_avg
 
     def sync_encoders(self) -> None:
         """After the policy's encoder was trained outside this algorithm (the BC warm start):
@@ -382,6 +407,8 @@ class SAC(Algorithm):
                 self.alpha_opt.step()
             elif self.cfg.final_temperature is not None:
                 self._schedule_temperature()
+            if self.policy_avg is not None:
+                self._average_policy()
             metrics.update(m, actor_loss=actor_loss.item(), alpha=self.alpha.item())
         if self.target_critic is not None:
             self._polyak()
@@ -426,8 +453,12 @@ class SAC(Algorithm):
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
         model = state["model"]
         for name, m in self._modules.items():
-            if m is not None:
-                m.load_state_dict({k[len(name) + 1 :]: v for k, v in model.items() if k.startswith(name + ".")})
+            if m is None:
+                continue
+            part = {k[len(name) + 1 :]: v for k, v in model.items() if k.startswith(name + ".")}
+            if name == "policy_avg" and not part:  # saved without the average: it starts from the actor
+                part = {k[len("policy.") :]: v for k, v in model.items() if k.startswith("policy.")}
+            m.load_state_dict(part)
         self.log_alpha.data.copy_(model["log_alpha"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.actor_opt.load_state_dict(state["actor_opt"])

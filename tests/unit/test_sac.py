@@ -330,3 +330,36 @@ def test_a_temperature_schedule_is_refused_where_it_cannot_hold():
     assert any("autotune_temperature=false" in p for p in SACClass.problems(cfg.algo, cfg.policy))
     cfg = compose_config(["algo.final_temperature=0.01", "algo.autotune_temperature=false"])
     assert any("temperature_decay_updates > 0" in p for p in SACClass.problems(cfg.algo, cfg.policy))
+
+
+def test_policy_ema_publishes_a_moving_average_of_the_actor():
+    """algo.policy_ema: the acting policy follows the actor at the given rate after each actor
+    update (the average starts from the warm-started actor); checkpoints keep it, eval reads it,
+    and one saved without it starts from the actor."""
+    from rlinf_user.policies.base import policy_state_of
+
+    torch.manual_seed(0)
+    cfg = compose_config(["policy.hidden=[32]", "algo.policy_ema=0.9", "algo.batch_size=16"])
+    agent = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    agent.policy_avg.load_state_dict({k: torch.zeros_like(v) for k, v in agent.policy_avg.state_dict().items()})
+    agent.after_warm_start()  # the average starts where the (cloned) actor is
+    first = {k: v.clone() for k, v in agent.policy.state_dict().items()}
+    assert all(torch.equal(v, first[k]) for k, v in agent.policy_state().items())
+    agent.update(_batch(n=16))
+    actor, avg = agent.policy.state_dict(), agent.policy_state()
+    moved = [k for k in actor if not torch.equal(actor[k], first[k])]
+    assert moved  # the actor learned ...
+    for k in moved:  # ... and the published weights went a tenth of the way
+        assert torch.allclose(avg[k], 0.9 * first[k] + 0.1 * actor[k], atol=1e-6)
+    state = agent.checkpoint_state()
+    assert torch.equal(policy_state_of({"agent": state})[moved[0]], avg[moved[0]])
+    again = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    again.load_checkpoint_state(state)
+    assert all(torch.equal(v, avg[k]) for k, v in again.policy_state().items())
+    old = {**state, "model": {k: v for k, v in state["model"].items() if not k.startswith("policy_avg.")}}
+    again.load_checkpoint_state(old)
+    assert all(torch.equal(v, actor[k]) for k, v in again.policy_state().items())
+    plain = SAC(compose_config(["policy.hidden=[32]"]).algo, cfg.policy, 5, {}, 7)
+    assert plain.acting_policy is plain.policy
+    with pytest.raises(ValueError, match="policy_ema=1.0"):
+        SAC(compose_config(["algo.policy_ema=1.0"]).algo, cfg.policy, 5, {}, 7)

@@ -244,7 +244,7 @@ class Learner:
                     transport=str(pl.get("weight_transport", "tcp")), port=int(pl.get("weight_port", 0)),
                 )  # fmt: skip
             self.version += 1
-            self._publisher.publish(self.algo.policy, self.version)
+            self._publisher.publish(self.algo.acting_policy, self.version)
             return self.version
 
     # -- training -------------------------------------------------------------------------
