@@ -64,6 +64,8 @@ VARIANTS: dict[str, list[str]] = {
                   "algo.final_temperature=null"],  # fmt: skip
     # ... or held at 0.01 throughout
     "fixed_temperature": [*RECIPE, "algo.init_temperature=0.01", "algo.final_temperature=null"],
+    # ... acting and evaluated through a moving average of the actor (1,000 updates)
+    "ema": [*RECIPE, "algo.policy_ema=0.999"],
     # ... or with more of something
     "ten_critics": [*RECIPE, "algo.num_critics=10"],
     "utd2": [*RECIPE, "algo.utd_ratio=2"],

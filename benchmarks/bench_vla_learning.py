@@ -9,7 +9,13 @@
   layout, then fine-tuned by ``rlinf-user train algo=ppo policy.checkpoint=<it>`` (Flow-Noise
   log-probs, chunk-level credit or, with `--credit action`, action-level); evaluation success per version over distinct goals.
 
+* ``dsrl``: per seed, ``lite_vla`` cloned as in ``bc`` on that seed's own 30 demonstrations,
+  frozen, and steered through its input noise by ``rlinf-user train algo=dsrl`` (a small
+  CNN noise actor that reads the instruction); success per evaluation on distinct
+  validation states, the kept policy on test states.
+
     python benchmarks/bench_vla_learning.py bc --demos 30 100
+    python benchmarks/bench_vla_learning.py dsrl --seed 0 --steps 10000 --eval-every 1000
     python benchmarks/bench_vla_learning.py ppo --lr 3e-4 --steps 150000 --eval-states 50 --eval-every 15000 \
         --seed 0 --out benchmarks/results/vla_ppo_reach_s0_150k.json
 """
@@ -17,6 +23,7 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import tempfile
@@ -27,6 +34,8 @@ import numpy as np
 from machine import describe
 
 RESULTS = Path(__file__).resolve().parent / "results"
+HISTORY_KEYS = ("env_steps", "wall_seconds", "updates", "policy_version", "success_rate", "ci95_low", "ci95_high",
+                "episodes", "distinct_states")
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
@@ -86,7 +95,10 @@ def evaluate(policy, env, spec, seeds) -> dict:
     return {"states": len(seeds), "successes": wins, "success": round(wins / len(seeds), 3), "wilson95": wilson(wins, len(seeds))}
 
 
-def bc(args) -> None:
+def clone_lite_vla(n_demo: int, seed: int, demo_seed0: int, args):
+    """``policy=lite_vla`` behaviour-cloned on ``n_demo`` scripted demonstrations of
+    reach_color (reset seeds ``demo_seed0``...); returns (policy, env, spec, {samples,
+    final_loss, train_s})."""
     import torch
 
     from rlinf_user.config.compose import compose_config
@@ -94,33 +106,40 @@ def bc(args) -> None:
     from rlinf_user.env.spec import EnvSpec, obs_to_torch, stack_obs
     from rlinf_user.policies.base import build_policy
 
+    torch.manual_seed(seed)
+    cfg = compose_config(["policy=lite_vla", f"policy.vlm_layers={args.vlm_layers}"], sim="reach_color")
+    env = make_env(cfg.env, seed=0)
+    spec = EnvSpec.of_env(env)
+    policy = build_policy(cfg.policy, spec)
+    obs_l, chunks, valid = scripted_chunks(env, spec, policy.horizon, n_demo, demo_seed0)
+    obs = obs_to_torch(stack_obs(obs_l))
+    target, mask = torch.from_numpy(chunks), torch.from_numpy(valid)
+    policy.fit_normalizer(obs["state"])
+    opt = torch.optim.AdamW([q for q in policy.parameters() if q.requires_grad], lr=args.lr)
+    t0 = time.time()
+    for _ in range(args.updates):
+        idx = torch.randint(0, len(target), (args.batch,))
+        sub = {"state": obs["state"][idx], "images": {"top": obs["images"]["top"][idx]},
+               "instruction": [obs["instruction"][i] for i in idx.tolist()]}  # fmt: skip
+        policy.train()
+        loss = policy.bc_loss(sub, target[idx], mask[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    policy.eval()
+    return policy, env, spec, {"samples": len(target), "final_loss": round(float(loss), 4),
+                               "train_s": round(time.time() - t0, 1)}
+
+
+def bc(args) -> None:
+    import torch
+
     torch.set_num_threads(2)
     rows = []
     for n_demo in args.demos:
-        torch.manual_seed(args.seed)
-        cfg = compose_config(["policy=lite_vla", f"policy.vlm_layers={args.vlm_layers}"], sim="reach_color")
-        env = make_env(cfg.env, seed=0)
-        spec = EnvSpec.of_env(env)
-        policy = build_policy(cfg.policy, spec)
-        obs_l, chunks, valid = scripted_chunks(env, spec, policy.horizon, n_demo, 1000)
-        obs = obs_to_torch(stack_obs(obs_l))
-        target, mask = torch.from_numpy(chunks), torch.from_numpy(valid)
-        policy.fit_normalizer(obs["state"])
-        opt = torch.optim.AdamW([q for q in policy.parameters() if q.requires_grad], lr=args.lr)
-        t0 = time.time()
-        for _ in range(args.updates):
-            idx = torch.randint(0, len(target), (args.batch,))
-            sub = {"state": obs["state"][idx], "images": {"top": obs["images"]["top"][idx]},
-                   "instruction": [obs["instruction"][i] for i in idx.tolist()]}  # fmt: skip
-            policy.train()
-            loss = policy.bc_loss(sub, target[idx], mask[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        train_s = time.time() - t0
-        policy.eval()
-        row = {"demos": n_demo, "samples": len(target), "updates": args.updates, "train_s": round(train_s, 1),
-               "final_loss": round(float(loss), 4),
+        policy, env, spec, info = clone_lite_vla(n_demo, args.seed, 1000, args)
+        row = {"demos": n_demo, "samples": info["samples"], "updates": args.updates, "train_s": info["train_s"],
+               "final_loss": info["final_loss"],
                "demo_states": evaluate(policy, env, spec, range(1000, 1000 + min(n_demo, args.eval_states))),
                "held_out_states": evaluate(policy, env, spec, range(50000, 50000 + args.eval_states))}  # fmt: skip
         print(json.dumps(row), flush=True)
@@ -129,6 +148,47 @@ def bc(args) -> None:
            "settings": {"vlm_layers": args.vlm_layers, "batch": args.batch, "lr": args.lr, "seed": args.seed},
            "rows": rows, "machine": describe()}  # fmt: skip
     (RESULTS / "vla_bc_reach_color.json").write_text(json.dumps(out, indent=2) + "\n")
+
+
+def dsrl(args) -> None:
+    """One seed: lite_vla cloned on that seed's own demonstrations, frozen, then steered
+    through its noise by ``algo=dsrl`` (the run's first evaluation is the clone's zero-noise
+    policy, on the validation states every later evaluation uses; the kept policy is
+    reported on the test states)."""
+    import torch
+
+    from rlinf_user.cli.main import main as cli
+
+    torch.set_num_threads(args.threads)
+    work = Path(args.work or tempfile.mkdtemp(prefix="vla-dsrl-"))
+    work.mkdir(parents=True, exist_ok=True)
+    base = work / f"clone_s{args.seed}.pt"
+    clone_info = work / f"clone_s{args.seed}.json"
+    if not base.exists():
+        # demonstrations from the seed's own reset seeds (training range, not held out)
+        policy, _env, spec, info = clone_lite_vla(args.demo_count, args.seed, 1000 * (args.seed + 1), args)
+        torch.save({"policy": policy.state_dict(), "spec": spec.to_dict()}, base)
+        clone_info.write_text(json.dumps({"demos": args.demo_count, "updates": args.updates, **info}))
+        del policy
+    argv = ["train", "--sim", "reach_color", "algo=dsrl", "policy=lite_vla", f"policy.vlm_layers={args.vlm_layers}",
+            f"algo.base_checkpoint={base}", "algo.paced=true", f"seed={args.seed}", f"total_env_steps={args.steps}",
+            f"eval_every_steps={args.eval_every}", f"eval_episodes={args.eval_states}", "eval_at_start=true",
+            f"run_root={work}", f"run_name=dsrl_s{args.seed}", "progress=false", *args.overrides]  # fmt: skip
+    t0 = time.time()
+    if cli(argv) != 0:
+        raise SystemExit("the DSRL run failed")
+    run = work / f"dsrl_s{args.seed}"
+    summary = json.loads((run / "eval" / "summary.json").read_text())
+    with open(run / "eval" / "history.csv") as f:
+        history = [{k: float(v) for k, v in row.items() if k in HISTORY_KEYS} for row in csv.DictReader(f)]
+    out = {"what": "DSRL over a frozen lite_vla behaviour-cloned on reach_color (layout=slots); success over distinct "
+                   "held-out states (validation during training, test for the kept policy)",
+           "seed": args.seed, "clone": json.loads(clone_info.read_text()), "overrides": argv[1:],
+           "wall_s": round(time.time() - t0, 1), "history": history,
+           "best_eval_success": summary.get("best_eval_success"), "final_eval": summary.get("final_eval"),
+           "test_eval": summary.get("test_eval"), "machine": describe()}  # fmt: skip
+    print(json.dumps({k: out[k] for k in ("seed", "clone", "best_eval_success", "test_eval")}, indent=2))
+    Path(args.out or RESULTS / f"vla_dsrl_reach_color_s{args.seed}.json").write_text(json.dumps(out, indent=2) + "\n")
 
 
 def ppo(args) -> None:
@@ -196,6 +256,20 @@ def main() -> None:
     b.add_argument("--vlm-layers", type=int, default=4)
     b.add_argument("--eval-states", type=int, default=20)
     b.add_argument("--seed", type=int, default=0)
+    d = sub.add_parser("dsrl")
+    d.add_argument("--demo-count", type=int, default=30)
+    d.add_argument("--updates", type=int, default=900)
+    d.add_argument("--batch", type=int, default=32)
+    d.add_argument("--lr", type=float, default=3e-4)
+    d.add_argument("--vlm-layers", type=int, default=4)
+    d.add_argument("--steps", type=int, default=10000)
+    d.add_argument("--eval-every", type=int, default=1000)
+    d.add_argument("--eval-states", type=int, default=50)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--threads", type=int, default=2)
+    d.add_argument("--work", default=None, help="where the clone and the run go (reused: a clone there is kept)")
+    d.add_argument("--out", default=None)
+    d.add_argument("overrides", nargs="*", help="more key=value for the DSRL run")
     p = sub.add_parser("ppo")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--steps", type=int, default=30000)
@@ -207,7 +281,7 @@ def main() -> None:
     p.add_argument("--credit", default="chunk", choices=["chunk", "action"], help="algo.credit")
     p.add_argument("--out", default=str(RESULTS / "vla_ppo_reach.json"))
     args = ap.parse_args()
-    bc(args) if args.what == "bc" else ppo(args)
+    {"bc": bc, "dsrl": dsrl, "ppo": ppo}[args.what](args)
 
 
 if __name__ == "__main__":

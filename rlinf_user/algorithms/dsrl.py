@@ -61,6 +61,7 @@ from rlinf_user.algorithms.base import Algorithm, ReplayPlan
 from rlinf_user.algorithms.sac import SAC, SACConfig
 from rlinf_user.env.spec import Col
 from rlinf_user.policies.actor_critic import CriticEnsemble
+from rlinf_user.policies.encoders import EncoderConfig
 from rlinf_user.policies.steered import SteeredPolicyConfig
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,10 @@ class DSRLConfig(SACConfig):
     base_checkpoint: str | None = None  # the flow policy's weights: best.pt, a checkpoint or a run directory
     noise_max: float = 1.5  # |noise| per element (the flow was trained on N(0, I))
     noise_hidden: list[int] = field(default_factory=lambda: [256, 256])  # the noise actor's and critics' width
+    # the noise actor's (and its critics') observation encoder: a cnn on an env with cameras
+    # unless set (algo.noise_encoder.encoder_channels=[16,16], ...). It is its own: the
+    # base's encoder is frozen with the base
+    noise_encoder: EncoderConfig = field(default_factory=EncoderConfig)
     learning_starts: int = 0
     gamma: float = 0.95
     init_temperature: float = 0.1
@@ -104,7 +109,8 @@ class DSRL(SAC):
             base["connect"] = "first_use"
         steered = {"name": "steered", "base": base,
                    "base_checkpoint": cfg.algo.base_checkpoint, "noise_max": float(cfg.algo.noise_max),
-                   "hidden": list(cfg.algo.noise_hidden)}  # fmt: skip
+                   "hidden": list(cfg.algo.noise_hidden),
+                   **OmegaConf.to_container(cfg.algo.noise_encoder, resolve=True)}  # fmt: skip
         cfg.policy = OmegaConf.merge(OmegaConf.structured(SteeredPolicyConfig), steered)
 
     @classmethod

@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from rlinf_user.cli.main import main
+from rlinf_user.config.compose import compose_config
+from rlinf_user.env.registry import make_env
 
 # seed 0, measured: the clone 24% (validation) / 28% (test); DSRL 84% at 3,000 env steps,
 # 92% at 4,500, the kept policy 96% on 50 test goals (about 30 s of training)
@@ -45,3 +47,28 @@ def test_dsrl_steers_a_cloned_flow_policy_past_its_clone(tmp_path):
     chunks = list(RecordLog(tmp_path / "dsrl" / "buffer").read_all())
     noise = np.concatenate([c["noise"] for c in chunks])
     assert noise.shape[1] == 3 and np.abs(noise).max() <= 1.0 and len(noise) >= summary["env_steps"] - 100
+
+
+@pytest.mark.timeout(300)
+def test_a_paced_chunk_policy_reaches_its_first_batch(tmp_path):
+    """A chunk is one row, so a batch of 128 rows of chunks of 4 takes 512 env steps: pacing
+    lets the workers collect it (it held them at about 150 env steps, waiting for updates
+    that could not start, and the run crawled at under one env step a second)."""
+    pytest.importorskip("transformers")
+    from rlinf_user.env.spec import EnvSpec
+    from rlinf_user.policies.base import build_policy
+
+    cfg = compose_config(["policy=pi0", "policy.horizon=4"], sim="reach")
+    env = make_env(cfg.env, seed=0)
+    spec = EnvSpec.of_env(env)
+    env.close()
+    torch.manual_seed(0)
+    (tmp_path / "base" / "checkpoints").mkdir(parents=True)
+    torch.save({"policy": build_policy(cfg.policy, spec).state_dict(), "spec": spec.to_dict()},
+               tmp_path / "base" / "checkpoints" / "best.pt")  # fmt: skip
+    assert main(["train", "--sim", "reach", "algo=dsrl", "policy=pi0", "policy.horizon=4",
+                 f"algo.base_checkpoint={tmp_path / 'base'}", "algo.noise_hidden=[32,32]", "algo.batch_size=128",
+                 "algo.paced=true", "total_env_steps=1200", "eval_every_steps=100000", "eval_at_start=false",
+                 "eval_episodes=5", f"run_root={tmp_path}", "run_name=paced", "progress=false"]) == 0  # fmt: skip
+    summary = json.loads((tmp_path / "paced" / "eval" / "summary.json").read_text())
+    assert summary["env_steps"] >= 1200 and summary["updates"] >= 100, summary

@@ -206,3 +206,16 @@ def test_the_base_noise_authority_names_dims_that_steering_cannot_move(reach, ca
         moves = algo.noise_authority(obs)
     assert moves["noise_authority/dz"] < 1e-6 and moves["noise_authority/dx"] > 0.01, moves
     assert "does not move with its noise in dz " in caplog.text
+
+
+def test_the_noise_actors_encoder_is_configured_under_algo(reach):
+    """algo.noise_encoder.*: the steered policy's own encoder (the base's is frozen with it)."""
+    from rlinf_user.algorithms.base import algorithm_class
+
+    _, _, run, _ = reach
+    cfg = compose_config(["algo=dsrl", "policy=lite_vla", "policy.horizon=4", f"algo.base_checkpoint={run}",
+                          "algo.noise_encoder.encoder_channels=[16,16]", "algo.noise_encoder.image_feature_dim=8"],
+                         sim="reach_color")  # fmt: skip
+    algorithm_class(cfg.algo).configure(cfg)
+    assert cfg.policy.name == "steered" and cfg.policy.base.name == "lite_vla"
+    assert list(cfg.policy.encoder_channels) == [16, 16] and cfg.policy.image_feature_dim == 8
