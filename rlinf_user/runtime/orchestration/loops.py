@@ -182,11 +182,12 @@ def streaming_loop(tr, sched: Schedule) -> str:
     utd = 1.0 if tr.on_policy else max(plan.utd_ratio, 1e-9)
     slack = learning_starts + TRAIN_CALL_UPDATES / utd
     slack += ROLLOUT_STEPS * int(cfg.placement.envs_per_worker) * len(pool.slots)
-    if paced and plan.demo_ratio < 1.0:
+    horizon = ray.get(tr.learner.policy_horizon.remote()) if paced else 1
+    if horizon > 1 and plan.demo_ratio < 1.0:
         # the learner's first update needs a batch of rows, and a chunk policy's row is a
         # whole chunk's env steps: without this a worker waits for updates that cannot start
-        first = plan.batch_size * ray.get(tr.learner.policy_horizon.remote())
-        slack = max(slack, learning_starts + first + TRAIN_CALL_UPDATES / utd)
+        # (per-step rows: the rollouts in flight already bring a batch)
+        slack = max(slack, learning_starts + plan.batch_size * horizon + TRAIN_CALL_UPDATES / utd)
     waiting: set[int] = set()  # workers whose next rollout waits for the learner
 
     def behind() -> bool:
