@@ -232,7 +232,9 @@ class SAC(Algorithm):
         ema = float(getattr(algo_cfg, "policy_ema", 0.0) or 0.0)
         if not 0.0 <= ema < 1.0:
             raise ValueError(f"algo.policy_ema={ema}: a moving-average rate in [0, 1) (0: off)")
-        self.policy_avg = copy.deepcopy(policy).requires_grad_(False) if ema > 0 else None
+        # never in a loss or an optimiser; its parameters keep the actor's requires_grad
+        # flags, which tell the weight publisher what changes between versions
+        self.policy_avg = copy.deepcopy(policy) if ema > 0 else None
         self._modules = {"policy": policy, "critic": self.critic, "target_critic": self.target_critic,
                          "target_encoder": self.target_encoder,
                          "critic_encoder": None if self.shared_encoder else self.critic_encoder,

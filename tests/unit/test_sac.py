@@ -345,6 +345,10 @@ def test_policy_ema_publishes_a_moving_average_of_the_actor():
     agent.after_warm_start()  # the average starts where the (cloned) actor is
     first = {k: v.clone() for k, v in agent.policy.state_dict().items()}
     assert all(torch.equal(v, first[k]) for k, v in agent.policy_state().items())
+    # the weight publisher sends the parameters that require grad with every version (and the
+    # others once): the average's must be the actor's, or the workers would keep the first
+    trains = {n for n, p in agent.policy.named_parameters() if p.requires_grad}
+    assert trains and {n for n, p in agent.acting_policy.named_parameters() if p.requires_grad} == trains
     agent.update(_batch(n=16))
     actor, avg = agent.policy.state_dict(), agent.policy_state()
     moved = [k for k in actor if not torch.equal(actor[k], first[k])]
