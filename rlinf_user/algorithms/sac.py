@@ -102,8 +102,8 @@ class SACConfig:
     awac_max_weight: float = 20.0
     # the policy that acts and is evaluated: an exponential moving average of the actor's
     # weights, moved by (1 - policy_ema) towards it after each actor update (0: the actor
-    # itself). Averaging over ~1/(1 - policy_ema) updates smooths the update-to-update
-    # wobble of a policy that has learned, which a single evaluation otherwise catches
+    # itself). It also explores, lagging the actor by ~1/(1 - policy_ema) updates; at 0.999
+    # on the randomised pick it learned worse than the actor itself (docs/results.md)
     policy_ema: float = 0.0
     drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
     grad_clip: float = 0.0
