@@ -594,3 +594,55 @@ def test_an_env_worker_streams_a_chunk_policys_chunks_and_records_what_ran(edge,
     ran = after["applied"] - before["applied"]
     assert ran >= 39 - idle - 1, (ran, idle)
     np.testing.assert_allclose(chunk["next_obs/state"][:-1], chunk["obs/state"][1:])
+
+
+
+def test_steered_chunks_streamed_to_the_edge_are_one_replay_row_each(edge, keys, tmp_path):
+    """``algo=dsrl`` over pi0 on the robot env: each chunk (its noise chosen once) goes to
+    the daemon, and the next is asked for while the robot runs the rest of this one. A row
+    is one chunk's decision: from its first step to the step after which its successor was
+    asked for (the steps of a chunk and its successors were folded into one row past the
+    chunk's width, and the worker failed at the first streamed seam)."""
+    import torch
+
+    from rlinf_user.config.compose import compose_config
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.env.spec import EnvSpec
+    from rlinf_user.policies.base import build_policy
+    from rlinf_user.runtime.rollout.env_worker import EnvWorker
+
+    overrides = [
+        "env.task=edge", "env.kwargs={}", "env.max_episode_steps=60", "env.success_bonus=0",
+        "env.edge.host=127.0.0.1", f"env.edge.port={edge.port}",
+        f"env.edge.server_public_key={keys['edge_public']}", f"env.edge.client_secret_key={keys['client_secret']}",
+        "env.edge.lookahead_s=0.4", "env.edge.blend=0", "policy=pi0", "policy.horizon=24",
+    ]  # fmt: skip
+    cfg = compose_config(overrides, robot="franka")
+    env = make_env(cfg.env, seed=0)
+    try:
+        spec = EnvSpec.of_env(env)
+    finally:
+        env.close()
+    torch.manual_seed(0)
+    base = tmp_path / "base.pt"
+    torch.save({"policy": build_policy(cfg.policy, spec).state_dict(), "spec": spec.to_dict()}, base)
+    cfg = compose_config([*overrides, "algo=dsrl", f"algo.base_checkpoint={base}", "algo.noise_hidden=[16,16]",
+                          "buffer.chunk_steps=1000"], robot="franka")  # fmt: skip
+    worker = EnvWorker(cfg, worker_id=0, seed=0, num_envs=1)
+    try:
+        assert worker.actor.lookahead == 20  # the next chunk asked for with 20 of 24 actions left
+        worker.rollout(41)
+        worker.writer.flush()
+        parts = [c for _, c in worker.writer.out.backlog]  # no sink: the rows wait here
+        rows = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    finally:
+        worker.close()
+    steps = rows[Col.CHUNK_STEPS]
+    # the first chunk ran 4 steps before its successor was asked for, and so did every one
+    # after it: 10 whole rows of 41 steps (the 41st step's row is still open)
+    assert steps.tolist() == [4] * 10, steps
+    noise = rows[Col.NOISE]
+    assert len(noise) == 10 and len({tuple(n) for n in noise.round(5)}) == 10  # a noise per chunk
+    # a row runs from its chunk's first step to the observation its successor was chosen from
+    np.testing.assert_allclose(rows["next_obs/state"][:-1], rows["obs/state"][1:])
+    assert (rows[Col.STEP_REWARDS][:, 4:] == 0).all()

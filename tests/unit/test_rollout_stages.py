@@ -40,7 +40,7 @@ def test_the_actor_acts_with_its_policy_or_at_random(reach):
     obs = envs.reset(seed=0)
     a, _ = actor.act(obs, random=False)
     assert a.shape == (4, spec.contract_action_dim) and np.isfinite(a).all() and actor.version == -1
-    assert actor.chunks.used_up().all()  # a per-step policy: each action is a whole chunk
+    assert actor.chunks.due().all()  # a per-step policy: each action is a whole chunk
     r, extras = actor.act(obs, random=True)
     assert extras == {} and np.abs(r[:, list(spec.active_dims)]).max() <= 1.0
     actor.close()

@@ -25,12 +25,16 @@ class ChunkQueue:
     def empty_rows(self) -> np.ndarray:
         return np.flatnonzero(self.pos >= self.length)
 
-    def due_rows(self, lookahead: int = 0) -> np.ndarray:
-        """Envs whose chunk has at most ``lookahead`` actions left (0: none left): the next
-        chunk is asked for that early where the edge runs chunks while the model computes
-        (never before a chunk's first action ran)."""
+    def due(self, lookahead: int = 0) -> np.ndarray:
+        """Per env: its chunk has at most ``lookahead`` actions left (0: none left), so the
+        next step asks for a new one. Asking that early lets the edge run the rest of this
+        chunk while the model computes (never before a chunk's first action ran); the
+        chunk's decision ends with this step either way."""
         left = self.length - self.pos
-        return np.flatnonzero((left <= 0) | (left <= np.minimum(lookahead, self.length - 1)))
+        return (left <= 0) | (left <= np.minimum(lookahead, self.length - 1))
+
+    def due_rows(self, lookahead: int = 0) -> np.ndarray:
+        return np.flatnonzero(self.due(lookahead))
 
     def put(self, rows: np.ndarray, actions: np.ndarray, extras: dict[str, np.ndarray], version: int) -> None:
         actions = np.asarray(actions, np.float32)
@@ -60,10 +64,6 @@ class ChunkQueue:
         a = self.actions[np.arange(self.num_envs), self.pos]
         self.pos += 1
         return a, {k: v.copy() for k, v in self.extras.items()}, int(self.version.min())
-
-    def used_up(self) -> np.ndarray:
-        """Per env: its chunk has no action left (after this step's :meth:`pop`)."""
-        return self.pos >= self.length
 
     def drop(self, rows) -> None:
         self.length[rows] = 0

@@ -185,7 +185,9 @@ class EnvWorker:
                 hook.after(step)
             actor.applied(step.actions, step.infos)  # a streamed chunk: what the robot really ran
             stored_next = self.observer.reached(step.next_obs, step.done, step.infos)
-            writer.write(step, stored_next, actor.chunks.used_up(), actor.chunk_width)
+            # a chunk's decision ends where the next step starts a new chunk: used up, or (a
+            # chunk streamed to the edge) its successor asked for while the robot runs the rest
+            writer.write(step, stored_next, actor.chunks.due(actor.lookahead), actor.chunk_width)
             episodes += self.book.step(step, self.hooks)
             actor.end_episodes(step.done)
             self.obs = step.next_obs

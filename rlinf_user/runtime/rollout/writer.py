@@ -35,8 +35,9 @@ class TransitionWriter:
         self.rows_sent = 0  # rows produced (on-policy: one per decision, a chunk's steps in one)
         self.out = ChunkSender(f"worker{worker_id}", sink)
 
-    def write(self, step: Step, stored_next: dict[str, Any], chunk_used_up: np.ndarray, chunk_width: int) -> None:
-        """One step of every env; ``chunk_used_up``: per env, its action chunk ran out."""
+    def write(self, step: Step, stored_next: dict[str, Any], chunk_ends: np.ndarray, chunk_width: int) -> None:
+        """One step of every env; ``chunk_ends``: per env, the next step starts a new chunk
+        (this one ran out, or its successor was asked for early: a chunk streamed to the edge)."""
         n = len(step.actions)
         cols = {**flat_obs(Col.OBS, step.obs), **flat_obs(Col.NEXT_OBS, stored_next)}
         cols.update({
@@ -51,7 +52,7 @@ class TransitionWriter:
             if step.group is not None:
                 cols[Col.GROUP] = step.group
             self.decisions.width = chunk_width
-            closes = live & (step.done | (True if step.random else chunk_used_up))
+            closes = live & (step.done | (True if step.random else chunk_ends))
             self._pend(self.decisions.add(cols, live, closes))
         else:
             for k in self.replay_extras:
@@ -61,7 +62,7 @@ class TransitionWriter:
                 cols[k] = np.asarray(step.extras[k])
             if self.decisions is not None:
                 self.decisions.width = chunk_width
-                self._pend(self.decisions.add(cols, live, live & (step.done | chunk_used_up)))
+                self._pend(self.decisions.add(cols, live, live & (step.done | chunk_ends)))
             else:
                 self._pend(cols if live.all() else {k: v[live] for k, v in cols.items()})
         self.env_step += live
