@@ -69,7 +69,7 @@ class Schedule:
         try:
             steps, self.eval_steps = self.eval_steps, None
             self.tr.record.record_eval(ray.get(ref), self.wall(), self.tr.spec, steps)
-        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.OutOfMemoryError) as err:
             log.error("evaluation failed (%s); the next one runs on a fresh worker", root_cause(err))
             self.tr._replace_eval_worker()
 
@@ -116,7 +116,7 @@ def _learner_result(tr, ref) -> dict[str, Any] | None:
 
     try:
         return ray.get(ref)
-    except ray.exceptions.RayActorError as err:
+    except (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError) as err:  # killed for memory: dead too
         tr._restart_learner(err)
         return None
     except ray.exceptions.RayTaskError as err:
@@ -216,7 +216,7 @@ def streaming_loop(tr, sched: Schedule) -> str:
                 slot = pool.slots[i]
                 try:
                     r = ray.get(ref)
-                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.OutOfMemoryError) as err:
                     if gen != slot.generation or slot.status != "running":
                         continue  # a queued call of a worker already replaced
                     if _worker_failed(tr, slot, err):
@@ -269,7 +269,7 @@ def sync_on_policy_loop(tr, sched: Schedule) -> str:
         for ref, slot in calls.items():
             try:
                 r = ray.get(ref)
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.OutOfMemoryError) as err:
                 _worker_failed(tr, slot, err)
                 continue
             pool.note(slot, r)
