@@ -66,6 +66,8 @@ VARIANTS: dict[str, list[str]] = {
     "fixed_temperature": [*RECIPE, "algo.init_temperature=0.01", "algo.final_temperature=null"],
     # ... acting and evaluated through a moving average of the actor (1,000 updates)
     "ema": [*RECIPE, "algo.policy_ema=0.999"],
+    # ... or with the actor's learning rate falling 10x over the temperature's 20,000 updates
+    "lr_decay": [*RECIPE, "algo.final_actor_lr=3e-5", "algo.actor_lr_decay_updates=20000"],
     # ... or with more of something
     "ten_critics": [*RECIPE, "algo.num_critics=10"],
     "utd2": [*RECIPE, "algo.utd_ratio=2"],

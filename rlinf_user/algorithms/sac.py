@@ -65,6 +65,12 @@ class SACConfig:
     final_temperature: float | None = None
     temperature_decay_updates: int = 0
     target_entropy: float | None = None  # default -action_dim / 2
+    # the actor's learning rate moves from actor_lr to this one, geometrically, over
+    # actor_lr_decay_updates updates after the critic's warm-up (None: it stays). Adam's
+    # steps keep their size however small the gradient, so at a fixed rate a converged
+    # actor keeps moving by about that much per update; a falling rate lets it settle
+    final_actor_lr: float | None = None
+    actor_lr_decay_updates: int = 0
     # the entropy bonus in the critic's target (SAC's soft value). false: the temperature
     # acts on the actor only (as RLPD's and SERL's pick configs set it), so a sharp cloned
     # policy's log-probs do not swamp a sparse reward in the Q-values
@@ -191,6 +197,10 @@ class SAC(Algorithm):
             elif not float(final_t) > 0 or int(algo_cfg.get("temperature_decay_updates", 0)) <= 0:
                 out.append(f"algo.final_temperature={final_t} needs a value > 0 and "
                            "algo.temperature_decay_updates > 0 (the updates it takes to get there)")  # fmt: skip
+        final_lr = algo_cfg.get("final_actor_lr")
+        if final_lr is not None and (not float(final_lr) > 0 or int(algo_cfg.get("actor_lr_decay_updates", 0)) <= 0):
+            out.append(f"algo.final_actor_lr={final_lr} needs a value > 0 and algo.actor_lr_decay_updates > 0 "
+                       "(the updates it takes to get there)")  # fmt: skip
         actor_loss = str(algo_cfg.get("actor_loss", "reparam"))
         if actor_loss not in ("reparam", "awac"):
             out.append(f"algo.actor_loss={actor_loss}: expected reparam (SAC's) or awac (advantage-weighted)")
@@ -400,6 +410,8 @@ class SAC(Algorithm):
         warm = self.num_updates <= int(self.cfg.critic_warmup_updates)  # the critic learns the policy's worth first
         if not warm and self.num_updates % self.cfg.actor_update_every == 0:
             actor_loss, alpha_loss, m = self._actor_loss(batch)
+            if self.cfg.final_actor_lr is not None:
+                self._schedule_actor_lr()
             self.actor_opt.zero_grad(set_to_none=True)
             self.backward(actor_loss, self.actor_opt)
             self.actor_opt.step()
@@ -425,6 +437,15 @@ class SAC(Algorithm):
         frac = min(1.0, max(0.0, done / float(self.cfg.temperature_decay_updates)))
         start, end = math.log(float(self.cfg.init_temperature)), math.log(float(self.cfg.final_temperature))
         self.log_alpha.fill_(start * (1 - frac) + end * frac)
+
+    def _schedule_actor_lr(self) -> None:
+        """actor_lr -> final_actor_lr, geometrically over actor_lr_decay_updates updates after
+        the critic's warm-up (a function of the update count, as the temperature's)."""
+        done = self.num_updates - int(self.cfg.critic_warmup_updates)
+        frac = min(1.0, max(0.0, done / float(self.cfg.actor_lr_decay_updates)))
+        lr = float(self.cfg.actor_lr) * (float(self.cfg.final_actor_lr) / float(self.cfg.actor_lr)) ** frac
+        for group in self.actor_opt.param_groups:
+            group["lr"] = lr
 
     @torch.no_grad()
     def _polyak(self) -> None:

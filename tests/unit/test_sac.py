@@ -323,6 +323,33 @@ def test_a_scheduled_temperature_moves_geometrically_to_its_final_value_after_th
     assert again.alpha.item() == pytest.approx(0.01, rel=1e-4)
 
 
+def test_a_scheduled_actor_learning_rate_falls_geometrically_after_the_warm_up():
+    """algo.final_actor_lr: the actor's Adam steps shrink from actor_lr to it over
+    actor_lr_decay_updates updates after the critic's warm-up; the critic's rate stays."""
+    from rlinf_user.algorithms.sac import SAC as SACClass
+
+    torch.manual_seed(0)
+    cfg = compose_config(["policy.hidden=[32]", "algo.actor_lr=4e-4", "algo.final_actor_lr=1e-4",
+                          "algo.actor_lr_decay_updates=20", "algo.critic_warmup_updates=10", "algo.batch_size=16"])  # fmt: skip
+    agent = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    lrs = []
+    for _ in range(40):
+        agent.update(_batch(n=16, reward=0.0))
+        lrs.append(agent.actor_opt.param_groups[0]["lr"])
+    assert lrs[:10] == [4e-4] * 10  # the warm-up: no actor update, the rate as configured
+    assert lrs[19] == pytest.approx(2e-4, rel=1e-6)  # half way: the geometric mean
+    assert lrs[29] == pytest.approx(1e-4, rel=1e-6) and lrs[39] == pytest.approx(1e-4, rel=1e-6)
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert agent.critic_opt.param_groups[0]["lr"] == cfg.algo.critic_lr
+    # a resumed learner goes on from its update count
+    again = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    again.load_checkpoint_state(agent.checkpoint_state())
+    again.update(_batch(n=16, reward=0.0))
+    assert again.actor_opt.param_groups[0]["lr"] == pytest.approx(1e-4, rel=1e-6)
+    cfg = compose_config(["algo.final_actor_lr=1e-4"])
+    assert any("actor_lr_decay_updates > 0" in p for p in SACClass.problems(cfg.algo, cfg.policy))
+
+
 def test_a_temperature_schedule_is_refused_where_it_cannot_hold():
     from rlinf_user.algorithms.sac import SAC as SACClass
 
