@@ -198,13 +198,22 @@ class FlowVLAPolicy(Policy):
 
     @property
     def noise_shape(self) -> tuple[int, int]:
-        """One row's initial noise: the model's ``(horizon, action_dim)`` (padded width; steered by ``algo=dsrl``)."""
-        return (int(self.model.cfg.horizon), int(self.model.cfg.action_dim))
+        """The initial noise ``algo=dsrl`` steers: ``(horizon, env action dims)``. The model's
+        padded dims (pi0's 32 for a 3-D reach) start from zero, their noise's mean, as the
+        deterministic flow's do: steering them moved nothing the env runs, and over 256 dims
+        (chunks of 8) SAC's squashed log-probabilities drove the noise critic to diverge."""
+        return (int(self.model.cfg.horizon), int(self.spec.action_dim))
 
     @torch.no_grad()
     def act_from_noise(self, obs: dict[str, Any], noise: torch.Tensor) -> torch.Tensor:
-        """The deterministic flow (no Flow-Noise steps) from the given initial noise."""
+        """The deterministic flow (no Flow-Noise steps) from the given initial noise: the env's
+        dims (``noise_shape``), or the model's full width."""
         cache, pad, state = self.prefix(obs)
+        width = int(self.model.cfg.action_dim)
+        if noise.shape[-1] != width:
+            full = noise.new_zeros(*noise.shape[:-1], width)
+            full[..., : noise.shape[-1]] = noise
+            noise = full
         return self.env_actions(self.model.denoise(cache, pad, state, noise.to(state.dtype))[-1])
 
     # -- training -------------------------------------------------------------------------

@@ -132,8 +132,9 @@ def test_what_dsrl_cannot_learn_from_is_refused_by_name(reach):
 
 
 def test_a_chunk_policy_is_steered_a_chunk_at_a_time(reach, tmp_path):
-    """A tiny pi0 acting in chunks of 4: one noise of the model's (4, 32) per chunk, the
-    actor's output that wide, and DSRL's refusal of n-step returns over chunks."""
+    """A tiny pi0 acting in chunks of 4: one noise per chunk over the env's action dims
+    (4 x 3, not the model's padded 4 x 32: the padded dims start from zero, as the
+    deterministic flow's do), and DSRL's refusal of n-step returns over chunks."""
     pytest.importorskip("transformers")
     spec, _, _, obs = reach
     cfg = compose_config(["policy=pi0", "policy.horizon=4"], sim="reach")
@@ -145,10 +146,16 @@ def test_a_chunk_policy_is_steered_a_chunk_at_a_time(reach, tmp_path):
                           "algo.noise_hidden=[32,32]"], sim="reach")  # fmt: skip
     validate(cfg)
     steered = build_policy(cfg.policy, spec)
-    assert steered.noise_shape == (4, 32) and steered.horizon == 4
+    a = spec.action_dim
+    assert steered.noise_shape == (4, a) and steered.horizon == 4
     out = steered.act(obs)
-    assert out.actions.shape == (4, 4, spec.action_dim) and out.extras[Col.NOISE].shape == (4, 128)
-    torch.testing.assert_close(out.actions, base.act_from_noise(obs, 1.5 * out.extras[Col.NOISE].view(4, 4, 32)))
+    assert out.actions.shape == (4, 4, a) and out.extras[Col.NOISE].shape == (4, 4 * a)
+    noise = 1.5 * out.extras[Col.NOISE].view(4, 4, a)
+    torch.testing.assert_close(out.actions, base.act_from_noise(obs, noise))
+    padded = torch.cat([noise, torch.zeros(4, 4, 32 - a)], -1)  # the same flow at the model's width
+    torch.testing.assert_close(out.actions, base.act_from_noise(obs, padded))
+    zero = base.act_from_noise(obs, torch.zeros(4, 4, a))
+    torch.testing.assert_close(zero, base.act(obs, deterministic=True).actions)  # zero noise: the clone
 
 
 def test_the_action_critic_learns_from_rows_without_noise_and_steers_the_actor_to_them(reach):
