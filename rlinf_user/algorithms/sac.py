@@ -428,24 +428,20 @@ class SAC(Algorithm):
             self._polyak()
         return metrics
 
+    def _after_warm_up(self, start: float, end: float, length: int) -> float:
+        """start -> end, geometrically over ``length`` updates after the critic's warm-up (a
+        function of the update count: a resumed run goes on where it was)."""
+        frac = min(1.0, max(0.0, (self.num_updates - int(self.cfg.critic_warmup_updates)) / float(length)))
+        return float(start) * (float(end) / float(start)) ** frac
+
     @torch.no_grad()
     def _schedule_temperature(self) -> None:
-        """init_temperature -> final_temperature, geometrically over temperature_decay_updates
-        updates after the critic's warm-up (a function of the update count: a resumed run
-        goes on where it was)."""
-        done = self.num_updates - int(self.cfg.critic_warmup_updates)
-        frac = min(1.0, max(0.0, done / float(self.cfg.temperature_decay_updates)))
-        start, end = math.log(float(self.cfg.init_temperature)), math.log(float(self.cfg.final_temperature))
-        self.log_alpha.fill_(start * (1 - frac) + end * frac)
+        c = self.cfg
+        self.log_alpha.fill_(math.log(self._after_warm_up(c.init_temperature, c.final_temperature, c.temperature_decay_updates)))
 
     def _schedule_actor_lr(self) -> None:
-        """actor_lr -> final_actor_lr, geometrically over actor_lr_decay_updates updates after
-        the critic's warm-up (a function of the update count, as the temperature's)."""
-        done = self.num_updates - int(self.cfg.critic_warmup_updates)
-        frac = min(1.0, max(0.0, done / float(self.cfg.actor_lr_decay_updates)))
-        lr = float(self.cfg.actor_lr) * (float(self.cfg.final_actor_lr) / float(self.cfg.actor_lr)) ** frac
         for group in self.actor_opt.param_groups:
-            group["lr"] = lr
+            group["lr"] = self._after_warm_up(self.cfg.actor_lr, self.cfg.final_actor_lr, self.cfg.actor_lr_decay_updates)
 
     @torch.no_grad()
     def _polyak(self) -> None:
