@@ -632,6 +632,11 @@ def test_steered_chunks_streamed_to_the_edge_are_one_replay_row_each(edge, keys,
     try:
         assert worker.actor.lookahead == 20  # the next chunk asked for with 20 of 24 actions left
         worker.rollout(41)
+        # an evaluation takes the robot mid-chunk (as a run's evaluations do on a robot): the
+        # open row ends there, truncated, and training goes on in new rows (the row stayed
+        # open, and the chunks after the evaluation overfilled it)
+        worker.evaluate(1, sync=False)
+        worker.rollout(9)
         worker.writer.flush()
         parts = [c for _, c in worker.writer.out.backlog]  # no sink: the rows wait here
         rows = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -639,10 +644,13 @@ def test_steered_chunks_streamed_to_the_edge_are_one_replay_row_each(edge, keys,
         worker.close()
     steps = rows[Col.CHUNK_STEPS]
     # the first chunk ran 4 steps before its successor was asked for, and so did every one
-    # after it: 10 whole rows of 41 steps (the 41st step's row is still open)
-    assert steps.tolist() == [4] * 10, steps
+    # after it: 10 whole rows of 40 steps; the 41st step's row, cut by the evaluation; 2
+    # rows of the 9 steps after it (the last step's row is still open)
+    assert steps.tolist() == [4] * 10 + [1] + [4, 4], steps
+    assert rows[Col.TRUNCATED].tolist() == [0] * 10 + [1] + [0, 0]
     noise = rows[Col.NOISE]
-    assert len(noise) == 10 and len({tuple(n) for n in noise.round(5)}) == 10  # a noise per chunk
+    assert len({tuple(n) for n in noise.round(5)}) == 13  # a noise per chunk
     # a row runs from its chunk's first step to the observation its successor was chosen from
-    np.testing.assert_allclose(rows["next_obs/state"][:-1], rows["obs/state"][1:])
+    np.testing.assert_allclose(rows["next_obs/state"][:10], rows["obs/state"][1:11])
+    np.testing.assert_allclose(rows["next_obs/state"][11], rows["obs/state"][12])
     assert (rows[Col.STEP_REWARDS][:, 4:] == 0).all()

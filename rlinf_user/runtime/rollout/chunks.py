@@ -145,12 +145,15 @@ class DecisionRows:
             self.open[i] = acc
         return self._stack(out)
 
-    def close_all(self) -> dict[str, np.ndarray] | None:
-        """End every open decision (a synchronous round ends; its chunks are dropped)."""
+    def close_all(self, truncate: bool = False) -> dict[str, np.ndarray] | None:
+        """End every open decision (a synchronous round ends; its chunks are dropped).
+        ``truncate``: the episodes themselves were cut short (an evaluation took the env),
+        so each row ends its episode as truncated where it did not terminate."""
         out = []
         for i, acc in enumerate(self.open):
             if acc is not None:
-                acc[Col.STEP] = np.array([self.seq[i]], dtype=np.int64)
+                if truncate:
+                    acc[Col.TRUNCATED] = np.maximum(acc[Col.TRUNCATED], 1 - acc[Col.TERMINATED])
                 self.seq[i] += 1
                 out.append(acc)
                 self.open[i] = None

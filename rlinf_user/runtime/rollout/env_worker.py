@@ -234,6 +234,7 @@ class EnvWorker:
         self.obs = self.envs.reset()
         self.observer.restart()
         self.actor.chunks.clear()
+        self.writer.cut_episodes()  # a chunk's row open when the evaluation began ends there
         self.book.restart()  # the training episode in progress was cut short
         for hook in self.hooks:
             hook.restart()

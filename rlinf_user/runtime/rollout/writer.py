@@ -69,6 +69,12 @@ class TransitionWriter:
         if self.pending_rows >= self.chunk_steps:
             self.flush()
 
+    def cut_episodes(self) -> None:
+        """The episodes in progress were cut short (an evaluation took the envs): their open
+        decisions end here, truncated; the next chunk starts a new row."""
+        if self.decisions is not None:
+            self._pend(self.decisions.close_all(truncate=True))
+
     def end_round(self) -> None:
         """A synchronous round ends: its open decisions end with it."""
         if self.decisions is not None:
