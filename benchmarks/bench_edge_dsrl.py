@@ -31,13 +31,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from bench_vla_learning import add_windows
 from machine import describe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
@@ -68,13 +68,7 @@ def operator_chunks(env, spec, horizon: int, episodes: int, rng: np.random.Gener
             if term or trunc:
                 break
         successes += bool(info.get("success"))
-        acts = np.stack(acts)
-        n = len(acts)
-        for t in range(n):
-            idx = np.arange(t, t + horizon)
-            obs_l.append(seen[t])
-            chunks.append(acts[np.minimum(idx, n - 1)])
-            valid.append(idx < n)
+        add_windows(seen, acts, horizon, obs_l, chunks, valid)
     return obs_l, np.stack(chunks), np.stack(valid), successes
 
 
@@ -137,15 +131,12 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="more key=value for the DSRL run")
     args = ap.parse_args()
 
-    import ray
     import torch
+    from bench_robot_training import train_through_edge
     from edge_helpers import EdgeProcess, free_ports
-    from edge_helpers import edge_telemetry as telemetry
 
-    from rlinf_user.config.compose import compose_config, validate
+    from rlinf_user.config.compose import compose_config
     from rlinf_user.env.registry import make_env
-    from rlinf_user.rundir import create_run_dir
-    from rlinf_user.runtime.orchestration.trainer import Trainer
 
     work = Path(args.work or tempfile.mkdtemp(prefix="edge-dsrl-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -175,26 +166,9 @@ def main() -> None:
              *args.overrides],
             robot="franka",
         )  # fmt: skip
-        validate(cfg)
-        run_dir = create_run_dir(cfg)
-        marks: dict[str, dict] = {}
-
-        def on_progress(p) -> None:
-            if "start" not in marks and p.env_steps > 0:
-                marks["start"] = telemetry(port)
-
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=4, resources={"franka": 1}, include_dashboard=False, log_to_driver=False)
         t0 = time.time()
-        trainer = Trainer(cfg, run_dir, on_progress=on_progress)
-        try:
-            trainer.run()
-            end = telemetry(port)
-        finally:
-            trainer.close()
-            ray.shutdown()
+        run_dir, summary, start, end = train_through_edge(cfg, port)
         wall = time.time() - t0
-        start = marks.get("start", end)
         # the kept policy on the test goals (no evaluation during training used them); a run
         # on a robot does not do this itself: it costs the robot's time
         from rlinf_user.cli.main import main as cli
@@ -204,7 +178,6 @@ def main() -> None:
         test = json.loads((work / "test" / "eval-best.json").read_text())
     finally:
         edge.close()
-    summary = json.loads((run_dir / "eval" / "summary.json").read_text())
     with open(run_dir / "eval" / "history.csv") as f:
         history = [{k: float(v) for k, v in row.items() if k in HISTORY_KEYS and v != ""} for row in csv.DictReader(f)]
     window = (end["uptime_s"] - start["uptime_s"]) - (end["reset_seconds"] - start["reset_seconds"])

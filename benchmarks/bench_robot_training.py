@@ -67,15 +67,42 @@ def pixel_overrides(work: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def run_seed(seed: int, hz: float, target: float, max_steps: int, work: Path, link: str | None = None,
-             pixels: bool = False) -> dict:  # fmt: skip
+def train_through_edge(cfg, port: int) -> tuple[Path, dict, dict, dict]:
+    """Train ``cfg`` (a robot config pointed at the daemon on ``port``) with the Ray runtime as
+    ``rlinf-user train --robot franka`` does; returns the run directory, the trainer's
+    summary and the daemon's telemetry at the first collected step and at the end."""
     import ray
-    from edge_helpers import EdgeProcess, free_ports
     from edge_helpers import edge_telemetry as telemetry
 
-    from rlinf_user.config.compose import compose_config, validate
+    from rlinf_user.config.compose import validate
     from rlinf_user.rundir import create_run_dir
     from rlinf_user.runtime.orchestration.trainer import Trainer
+
+    validate(cfg)
+    run_dir = create_run_dir(cfg)
+    marks: dict[str, dict] = {}
+
+    def on_progress(p) -> None:
+        if "start" not in marks and p.env_steps > 0:
+            marks["start"] = telemetry(port)
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=4, resources={"franka": 1}, include_dashboard=False, log_to_driver=False)
+    trainer = Trainer(cfg, run_dir, on_progress=on_progress)
+    try:
+        trainer.run()
+        end = telemetry(port)
+    finally:
+        trainer.close()
+        ray.shutdown()
+    return run_dir, trainer.summary, marks.get("start", end), end
+
+
+def run_seed(seed: int, hz: float, target: float, max_steps: int, work: Path, link: str | None = None,
+             pixels: bool = False) -> dict:  # fmt: skip
+    from edge_helpers import EdgeProcess, free_ports
+
+    from rlinf_user.config.compose import compose_config
 
     port = free_ports(3)
     edge = EdgeProcess(
@@ -92,27 +119,9 @@ def run_seed(seed: int, hz: float, target: float, max_steps: int, work: Path, li
              *(pixel_overrides(work) if pixels else [])],
             robot="franka",
         )  # fmt: skip
-        validate(cfg)
-        run_dir = create_run_dir(cfg)
-        marks: dict[str, dict] = {}
-
-        def on_progress(p) -> None:
-            if "start" not in marks and p.env_steps > 0:
-                marks["start"] = telemetry(port)
-
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=4, resources={"franka": 1}, include_dashboard=False, log_to_driver=False)
-        trainer = Trainer(cfg, run_dir, on_progress=on_progress)
-        try:
-            trainer.run()
-            end = telemetry(port)
-        finally:
-            trainer.close()
-            ray.shutdown()
-        start = marks.get("start", end)
+        run_dir, summary, start, end = train_through_edge(cfg, port)
         acted = end["acted_ticks"] - start["acted_ticks"]
         window = (end["uptime_s"] - start["uptime_s"]) - (end["reset_seconds"] - start["reset_seconds"])
-        summary = trainer.summary
         tag = ("_link" if link else "") + ("_pixels" if pixels else "")
         shutil.copy(run_dir / "eval" / "history.csv", RESULTS / f"reach_franky_sim{tag}_s{seed}_history.csv")
         return {

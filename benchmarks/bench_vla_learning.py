@@ -48,6 +48,18 @@ def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
     return [round(max(0.0, c - h), 3), round(min(1.0, c + h), 3)]
 
 
+def add_windows(seen: list, acts: list, horizon: int, obs_l: list, chunks: list, valid: list) -> None:
+    """One episode's behaviour-cloning samples: per step its observation, the next
+    ``horizon`` actions (the last repeated past the end) and which of them exist."""
+    acts = np.stack(acts)
+    n = len(acts)
+    for t in range(n):
+        idx = np.arange(t, t + horizon)
+        obs_l.append(seen[t])
+        chunks.append(acts[np.minimum(idx, n - 1)])
+        valid.append(idx < n)
+
+
 def scripted_chunks(env, spec, horizon: int, episodes: int, seed0: int):
     """Demonstrations of the straight-to-goal expert: per step the observation, the next
     ``horizon`` actions of the episode and which of them exist."""
@@ -64,13 +76,7 @@ def scripted_chunks(env, spec, horizon: int, episodes: int, seed0: int):
             o, _, term, trunc, _ = env.step(spec.expand_action(a))
             if term or trunc:
                 break
-        acts = np.stack(acts)
-        n = len(acts)
-        for t in range(n):
-            idx = np.arange(t, t + horizon)
-            obs_l.append(seen[t])
-            chunks.append(acts[np.minimum(idx, n - 1)])
-            valid.append(idx < n)
+        add_windows(seen, acts, horizon, obs_l, chunks, valid)
     return obs_l, np.stack(chunks), np.stack(valid)
 
 
