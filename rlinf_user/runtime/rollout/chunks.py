@@ -154,6 +154,7 @@ class DecisionRows:
             if acc is not None:
                 if truncate:
                     acc[Col.TRUNCATED] = np.maximum(acc[Col.TRUNCATED], 1 - acc[Col.TERMINATED])
+                acc[Col.STEP] = np.array([self.seq[i]], dtype=np.int64)
                 self.seq[i] += 1
                 out.append(acc)
                 self.open[i] = None
