@@ -200,8 +200,8 @@ class FlowVLAPolicy(Policy):
     def noise_shape(self) -> tuple[int, int]:
         """The initial noise ``algo=dsrl`` steers: ``(horizon, env action dims)``. The model's
         padded dims (pi0's 32 for a 3-D reach) start from zero, their noise's mean, as the
-        deterministic flow's do: steering them moved nothing the env runs, and over 256 dims
-        (chunks of 8) SAC's squashed log-probabilities drove the noise critic to diverge."""
+        deterministic flow's do: they carry no action the env runs, and steering all 256 dims
+        (chunks of 8) let the noise critic diverge on franky-sim (docs/results.md)."""
         return (int(self.model.cfg.horizon), int(self.spec.action_dim))
 
     @torch.no_grad()
