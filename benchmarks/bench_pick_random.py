@@ -68,6 +68,9 @@ VARIANTS: dict[str, list[str]] = {
     "ema": [*RECIPE, "algo.policy_ema=0.999"],
     # ... or with the actor's learning rate falling 10x over the temperature's 20,000 updates
     "lr_decay": [*RECIPE, "algo.final_actor_lr=3e-5", "algo.actor_lr_decay_updates=20000"],
+    # ... or with the temperature falling on to 0.001 by 40,000 updates (to 20,000 about the
+    # recipe's schedule, 0.0055 there against its 0.005; then five times lower)
+    "settle": [*RECIPE, "algo.final_temperature=0.001", "algo.temperature_decay_updates=40000"],
     # ... or with more of something
     "ten_critics": [*RECIPE, "algo.num_critics=10"],
     "utd2": [*RECIPE, "algo.utd_ratio=2"],
@@ -187,9 +190,10 @@ def training_success(run: Path, window: int = 50) -> list[list[float]]:
     return out
 
 
-def holding(history: list[dict], rolling: list[list[float]], level: float, floor: float) -> dict:
+def holding(history: list[dict], rolling: list[list[float]], level: float, floor: float, alone: bool = True) -> dict:
     """When evaluation success first reached ``level`` (env steps, minutes), and the lowest
-    evaluation and rolling training success from then on (did it hold above ``floor``)."""
+    evaluation and rolling training success from then on (did it hold above ``floor``); for a
+    run ``alone`` on the machine, the same read in its minutes (:func:`in_minutes`)."""
     first = next((h for h in history if h["success_rate"] >= level), None)
     if first is None:
         return {"level": level, "reached": False}
@@ -208,6 +212,27 @@ def holding(history: list[dict], rolling: list[list[float]], level: float, floor
         "lowest_training_after": min((r[2] for r in train_after), default=None),
         "held_training": all(r[2] >= floor for r in train_after),
         "env_steps_after": int(history[-1]["env_steps"] - first["env_steps"]),
+        **(in_minutes(history, rolling, level, floor) if alone else {}),
+    }
+
+
+def in_minutes(history: list[dict], rolling: list[list[float]], level: float, floor: float,
+               by: float = 10.0) -> dict:
+    """The issue's aim read in the run's own minutes (meaningful for a run alone on the
+    machine): ``level`` reached within ``by`` minutes, and the lowest evaluation and rolling
+    training success from minute ``by`` to the end."""
+    evals = [h for h in history if h["wall_seconds"] >= by * 60]
+    train = [r for r in rolling if r[1] >= by]
+    return {
+        "by_minutes": by,
+        "reached_by": any(h["success_rate"] >= level and h["wall_seconds"] < by * 60 for h in history),
+        "minutes_run": round(history[-1]["wall_seconds"] / 60, 2),
+        "evaluations_from": len(evals),
+        "lowest_eval_from": min((h["success_rate"] for h in evals), default=None),
+        "lowest_training_from": min((r[2] for r in train), default=None),
+        "mean_training_from": round(float(np.mean([r[2] for r in train])), 3) if train else None,
+        "held_from": bool(evals) and all(h["success_rate"] >= floor for h in evals)
+                     and all(r[2] >= floor for r in train),
     }
 
 
@@ -249,7 +274,7 @@ def run_variant(name: str, seed: int, args, work: Path, demos: Path, demo_steps:
         "variant": name,
         "seed": seed,
         "overrides": overrides,
-        "holding": holding(history, rolling, args.hold_level, args.hold_floor),
+        "holding": holding(history, rolling, args.hold_level, args.hold_floor, alone=args.jobs == 1),
         "training_success": rolling,
         "reached_target": reached is not None,
         "env_steps_to_target": int(reached["env_steps"]) if reached else None,
@@ -368,12 +393,30 @@ def holding_table(rows: list[dict]) -> str:
         low_t = "-" if h["lowest_training_after"] is None else f"{h['lowest_training_after']:.0%}"
         out.append(f"| {r['variant']} | {r['seed']} | {h['level']:.0%} at {h['env_steps']:,} ({h['minutes']} min) "
                    f"| {h['env_steps_after']:,} | {h['lowest_eval_after']:.0%} | {low_t} |")  # fmt: skip
+    alone = [r for r in rows if (r.get("holding") or {}).get("by_minutes")]
+    if alone:
+        out += ["", "| variant | seed | 98% within 10 min | minutes run | evaluations from minute 10: count, lowest "
+                "| training success from minute 10: lowest, mean | held |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in alone:
+            h = r["holding"]
+            pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+            out.append(f"| {r['variant']} | {r['seed']} | {'yes' if h['reached_by'] else 'no'} | {h['minutes_run']} "
+                       f"| {h['evaluations_from']}, {pct(h['lowest_eval_from'])} | {pct(h['lowest_training_from'])}, "
+                       f"{h['mean_training_from']} | {'yes' if h['held_from'] else 'no'} |")  # fmt: skip
     return "\n".join(out)
 
 
-def replot(name: str, target: float) -> None:
-    data = json.loads((RESULTS / f"{name}.json").read_text())
+def replot(name: str, target: float, level: float, floor: float) -> None:
+    """Redraw the curve and recount the holding from the stored histories (the file is
+    rewritten with the recount)."""
+    path = RESULTS / f"{name}.json"
+    data = json.loads(path.read_text())
     SIM[0] = data.get("sim", SIM[0])
+    for r in data["runs"]:
+        if r.get("history") and r.get("training_success") is not None:
+            r["holding"] = holding(r["history"], r["training_success"], level, floor,
+                                   alone=r.get("side_by_side", 1) == 1)
+    path.write_text(json.dumps(data, indent=2))
     plot(data["runs"], RESULTS / f"{name}_curve.png", target)
     print(table(data["runs"], target))
     print(holding_table(data["runs"]))
@@ -408,7 +451,8 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=2500)
     ap.add_argument("--name", default="pick_random")
     ap.add_argument("--append", action="store_true", help="keep the results file's other runs")
-    ap.add_argument("--replot", action="store_true", help="only redraw the curve from the results file")
+    ap.add_argument("--replot", action="store_true",
+                    help="only redraw the curve and recount the holding from the results file")
     ap.add_argument("--sim", default="gym_hil_random", help="gym_hil_random (state) or gym_hil_pixels (cameras)")
     ap.add_argument("--final-eval", type=int, default=0, help="episodes of a last evaluation of the kept policy")
     ap.add_argument("--hold-level", type=float, default=0.98, help="success that, once reached, ...")
@@ -419,7 +463,7 @@ def main() -> None:
     args = ap.parse_args()
     SIM[0] = args.sim
     if args.replot:
-        return replot(args.name, args.target)
+        return replot(args.name, args.target, args.hold_level, args.hold_floor)
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{args.name}.json"
     rows = json.loads(path.read_text())["runs"] if args.append and path.exists() else []
@@ -468,14 +512,14 @@ def side_by_side(args, path: Path, rows: list[dict]) -> None:
     for seed in args.seeds:
         part = RESULTS / f"{args.name}.s{seed}.json"
         got = json.loads(part.read_text())["runs"]
+        for r in got:  # this sweep's rows only: an appended file keeps its other runs' own counts
+            r["side_by_side"] = args.jobs
         keys = {(r["variant"], r["seed"]) for r in got}
         rows = [r for r in rows if (r["variant"], r["seed"]) not in keys] + got
         part.unlink()
         (RESULTS / f"{args.name}.s{seed}_curve.png").unlink(missing_ok=True)
         for csv_path in RESULTS.glob(f"{args.name}.s{seed}_*_history.csv"):
             csv_path.replace(RESULTS / csv_path.name.replace(f"{args.name}.s{seed}_", f"{args.name}_"))
-    for r in rows:
-        r["side_by_side"] = args.jobs
     write(path, rows, args)
     report(rows, args)
 
