@@ -60,3 +60,22 @@ def test_training_success_over_a_full_window_is_watched_the_same_way(tmp_path):
     assert "training success fell from its best" in _shown(rec)
     rec.book_rollout(episodes([False] * 2 + [True] * 48), supervised_worker=False)  # 48/50
     assert rec.progress.recent_fall is None
+
+
+def test_best_pt_is_the_best_evaluation_and_a_later_equal_one_replaces_it(tmp_path):
+    import types
+
+    import torch
+
+    (tmp_path / "eval").mkdir()
+    rec = RunRecord(tmp_path, supervised=False, many_members=False)
+    spec = types.SimpleNamespace(to_dict=lambda: {})
+    for version, k in ((1, 50), (2, 49), (3, 50), (4, 48)):  # 100%, 98%, 100%, 96%
+        rec.progress.env_steps = 5000 * version
+        rec.record_eval({**_eval(k), "policy_version": version, "policy_state": {"w": torch.tensor([version])}},
+                        wall=float(version), spec=spec)  # fmt: skip
+    best = torch.load(tmp_path / "checkpoints" / "best.pt", weights_only=True)
+    assert best["version"] == 3 and best["env_steps"] == 15000 and best["eval_success"] == 1.0
+    assert int(best["policy"]["w"]) == 3 and rec.best["policy_version"] == 3
+    rec.record_eval({**_eval(0), "policy_version": 5, "policy_state": {"w": torch.tensor([5])}}, wall=6.0, spec=spec)
+    assert torch.load(tmp_path / "checkpoints" / "best.pt", weights_only=True)["version"] == 3

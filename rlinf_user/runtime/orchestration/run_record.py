@@ -44,7 +44,7 @@ class BestWatch:
 
     def update(self, rate: float, ci95: tuple[float, float], env_steps: int) -> dict[str, Any] | None:
         """Book a new value; the fall (or None) it leaves."""
-        if self.best is None or rate > self.best:
+        if self.best is None or rate >= self.best:  # a tie moves the best to the later one
             self.best, self.best_ci95, self.best_at = rate, (ci95[0], ci95[1]), int(env_steps)
         if rate < self.best_ci95[0]:
             if self.fall is None:
@@ -106,7 +106,7 @@ class RunRecord:
         self.recent_watch = BestWatch(f"training (last {RECENT_EPISODES} episodes)")
         self._tb = None
         best = self.run_dir / "checkpoints" / "best.pt"
-        if best.exists():  # a resumed run: only a better evaluation replaces it
+        if best.exists():  # a resumed run: only a better or equal evaluation replaces it
             import torch
 
             state = torch.load(best, map_location="cpu", weights_only=True)
@@ -190,7 +190,9 @@ class RunRecord:
 
         p.eval_success = result["success_rate"]
         p.eval_detail = describe_eval(result)
-        if "policy_state" in result and p.eval_success > p.best_eval_success:
+        # an equal later score replaces the best too: the later policy has learned from more
+        # (a run at 100% keeps its last 100%, not its first; measured in docs/results.md)
+        if "policy_state" in result and p.eval_success > 0 and p.eval_success >= p.best_eval_success:
             self._save_best(result, steps, spec)
         p.best_eval_success = max(p.best_eval_success, p.eval_success)
         if not result.get("deterministic_reset"):  # one trial has no interval to fall by
