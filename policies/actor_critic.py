@@ -65,7 +65,7 @@ class TanhGaussianActor(nn.Module):
         log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * torch.log(torch.tensor(2 * torch.pi))).sum(-1)
         return log_prob - (2 * (torch.log(torch.tensor(2.0)) - pre - F.softplus(-2 * pre))).sum(-1)
 
-    def fit_loss(self, feats: torch.Tensor, action: torch.Tensor, bound: float = 0.999, min_std: float = 0.0) -> torch.Tensor:
+    def fit_loss(self, feats: torch.Tensor, action: torch.Tensor, bound: float = 0.999, min_std: float | None = 0.0) -> torch.Tensor:
         """Per-row loss toward given actions: the squared error of the deterministic action
         ``tanh(mean)`` (what evaluation takes), plus the Gaussian negative log-likelihood of
         the standard deviation around that action, the mean held fixed (what exploration
@@ -73,10 +73,15 @@ class TanhGaussianActor(nn.Module):
         worst instead of fitting them: on 20 pick demonstrations it left the deterministic
         action 5-100x further from the demonstrated one than the squared error does.
         ``min_std``: the likelihood's optimum is ``std^2 = residual^2 + min_std^2`` (an
-        exploration floor that leaves the deterministic action alone)."""
+        exploration floor that leaves the deterministic action alone). ``min_std=None``: the
+        squared error alone, the std left to the loss's other terms (the likelihood's gradient
+        in the std, through the layers the mean shares, moves the mean of a policy whose std
+        sits far below its residual, as a BC warm start leaves it)."""
         mean, log_std = self(feats)
         target = action.clamp(-bound, bound)
         det = torch.tanh(mean)
+        if min_std is None:
+            return (det - target).square().sum(-1)
         spread2 = ((target - det.detach()).square() + float(min_std) ** 2) / (2 * log_std).exp()
         return ((det - target).square() + 0.5 * spread2 + log_std).sum(-1)
 

@@ -59,9 +59,9 @@ class GaussianPolicy(Policy):
         """Log-probability of given actions (advantage-weighted actor losses)."""
         return self.actor.log_prob_of(feats, action)
 
-    def fit_features(self, feats: torch.Tensor, action: torch.Tensor, min_std: float = 0.0) -> torch.Tensor:
+    def fit_features(self, feats: torch.Tensor, action: torch.Tensor, min_std: float | None = 0.0) -> torch.Tensor:
         """Per-row regression loss toward given actions (advantage-weighted actors), the std
-        held at ``min_std`` or more:
+        held at ``min_std`` or more (None: the deterministic action's squared error alone):
         :meth:`~rlinf_user.policies.actor_critic.TanhGaussianActor.fit_loss`."""
         return self.actor.fit_loss(feats, action, min_std=min_std)
 

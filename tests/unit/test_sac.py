@@ -297,6 +297,46 @@ def test_awac_moves_the_actor_to_the_batch_action_the_critic_ranks_higher():
     assert 0.35 < out.mean().item() < 0.65, out.mean()
 
 
+def test_awac_keeps_a_confident_clone_on_its_demonstrations_under_a_critic_that_ranks_nothing():
+    """A BC warm start leaves the std at its floor (std 0.007). The raw likelihood of a
+    demonstrated action 0.2 off is then about -10^3 a row, and AWAC's first updates under a
+    critic that has learned nothing yet (weights from noise) pulled the clone's deterministic
+    action off its demonstrations; on the pick from pixels it fell from 100% to 0%. The
+    weighted fit must leave it where the clone had it."""
+    torch.manual_seed(0)
+    cfg = compose_config(["algo=rlpd", "algo.actor_loss=awac", "algo.init_temperature=0.01", "policy.hidden=[64,64]",
+                          "algo.critic_warmup_updates=0", "algo.bc_weight=1.0"])  # fmt: skip
+    agent = SAC(cfg.algo, cfg.policy, 5, {}, 4)
+    w = torch.randn(5, 4)
+
+    def demos(n):
+        s = torch.randn(n, 5)
+        a = torch.tanh(s @ w * 0.5) + 0.2 * torch.randn(n, 4)  # a person's spread around a rule
+        a[:, 3] = torch.where(s[:, 0] > 0, 1.0, -1.0)  # a gripper: open or closed
+        return s, a.clamp(-1, 1)
+
+    agent.warm_start([{"obs": {"state": s, "images": {}}, "action": a} for s, a in (demos(256) for _ in range(600))])
+    test_s, test_a = demos(512)
+
+    def off_demos() -> float:
+        out = agent.policy.act({"state": test_s, "images": {}}, deterministic=True).actions[:, 0]
+        return (out[:, :3] - torch.tanh(test_s @ w * 0.5)[:, :3]).square().sum(-1).mean().item()
+
+    cloned = off_demos()
+    for _ in range(300):
+        s, a = demos(64)
+        own = {"state": torch.randn(64, 5), "images": {}}
+        with torch.no_grad():
+            own_a = agent.policy.act(own, deterministic=False).actions[:, 0]
+        b = {"obs": {"state": torch.cat([s, own["state"]]), "images": {}},
+             "next_obs": {"state": torch.randn(128, 5), "images": {}}, "action": torch.cat([a, own_a]),
+             "reward": torch.zeros(128), "terminated": torch.zeros(128),
+             "from_demos": torch.cat([torch.ones(64), torch.zeros(64)])}  # fmt: skip
+        m = agent.update(b)
+    assert "awac_weight_max" in m
+    assert off_demos() < 2 * cloned + 0.02, (cloned, off_demos())
+
+
 def test_awac_is_refused_for_a_flow_policy():
     from rlinf_user.config.compose import ConfigError, validate
 
