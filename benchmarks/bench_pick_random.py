@@ -80,6 +80,10 @@ VARIANTS: dict[str, list[str]] = {
     # the actor weights the actions it saw by their advantage instead of following the
     # critic's action-gradient (AWAC)
     "awac": [*RECIPE, "algo.actor_loss=awac"],
+    # ... and the actor's encoder its own (trained by the actor's loss and the BC warm start):
+    # the shared one, trained by the critic's TD loss from the first update, moved the
+    # features under a cloned actor held still by the critic's warm-up
+    "awac_own_encoder": [*RECIPE, "algo.actor_loss=awac", "algo.shared_encoder=false"],
     "crossq": ["algo=crossq", *SAME_TUNING],
     # the flow policy (SAC-Flow: the actor a few Euler steps of a learned velocity field),
     # with the recipe's demo tuning and LayerNorm critics
