@@ -213,7 +213,7 @@ class EnvWorker:
         """Deterministic-policy episodes (on this worker's own envs) from the held-out
         ``split``'s seeds, with the latest weights (``sync=False``: with the weights it
         holds; ``policy_state``: with those weights, in a copy of the policy). With
-        ``weights_above``: a success rate above it returns the evaluated weights too
+        ``weights_above``: a success rate at or above it (and above 0) returns the evaluated weights too
         (``policy_state``), so the run can keep exactly the policy that scored it."""
         import copy
 
@@ -244,7 +244,7 @@ class EnvWorker:
             "policy_version": weights.version if weights is not None else -1,
             "frames": result["frames"],
         }
-        if weights_above is not None and out["success_rate"] > weights_above:
+        if weights_above is not None and out["success_rate"] > 0 and out["success_rate"] >= weights_above:
             out["policy_state"] = {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()}
         return out
 
