@@ -399,8 +399,11 @@ def holding_table(rows: list[dict]) -> str:
                    f"| {h['env_steps_after']:,} | {h['lowest_eval_after']:.0%} | {low_t} |")  # fmt: skip
     alone = [r for r in rows if (r.get("holding") or {}).get("by_minutes")]
     if alone:
-        out += ["", "| variant | seed | 98% within 10 min | minutes run | evaluations from minute 10: count, lowest "
-                "| training success from minute 10: lowest, mean | held |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        h0 = alone[0]["holding"]
+        by = f"{h0['by_minutes']:g}"
+        out += ["", f"| variant | seed | {h0['level']:.0%} within {by} min | minutes run | evaluations from minute {by}: "
+                f"count, lowest | training success from minute {by}: lowest, mean | held |",
+                "|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in alone:
             h = r["holding"]
             pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
@@ -518,6 +521,9 @@ def side_by_side(args, path: Path, rows: list[dict]) -> None:
         got = json.loads(part.read_text())["runs"]
         for r in got:  # this sweep's rows only: an appended file keeps its other runs' own counts
             r["side_by_side"] = args.jobs
+            if r.get("history"):  # its minutes were shared: no reading in minutes
+                r["holding"] = holding(r["history"], r.get("training_success") or [], args.hold_level,
+                                       args.hold_floor, alone=False)  # fmt: skip
         keys = {(r["variant"], r["seed"]) for r in got}
         rows = [r for r in rows if (r["variant"], r["seed"]) not in keys] + got
         part.unlink()
