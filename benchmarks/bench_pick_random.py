@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from holding import holding, holding_table, training_success
 from machine import describe
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -170,74 +171,6 @@ def supervisor_steps(run: Path) -> tuple[int, int]:
                 takeovers += 1
         last[env] = (step, flag)
     return steps, takeovers
-
-
-def training_success(run: Path, window: int = 50) -> list[list[float]]:
-    """What a robot user sees: the success of the last ``window`` training episodes, after
-    each episode, as [env steps, minutes since the run started, success] (the run's
-    TensorBoard ``episode/success``); one point per 250 env steps."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    tb = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
-    tb.Reload()
-    if "episode/success" not in tb.Tags()["scalars"]:
-        return []
-    events = tb.Scalars("episode/success")
-    t0 = min(e.wall_time for e in events)
-    out, last = [], -1
-    for i, e in enumerate(events):
-        if i + 1 < window or e.step // 250 == last:
-            continue
-        last = e.step // 250
-        rate = float(np.mean([x.value for x in events[i + 1 - window : i + 1]]))
-        out.append([int(e.step), round((e.wall_time - t0) / 60, 2), round(rate, 3)])
-    return out
-
-
-def holding(history: list[dict], rolling: list[list[float]], level: float, floor: float, alone: bool = True) -> dict:
-    """When evaluation success first reached ``level`` (env steps, minutes), and the lowest
-    evaluation and rolling training success from then on (did it hold above ``floor``); for a
-    run ``alone`` on the machine, the same read in its minutes (:func:`in_minutes`)."""
-    first = next((h for h in history if h["success_rate"] >= level), None)
-    if first is None:
-        return {"level": level, "reached": False}
-    after = [h for h in history if h["env_steps"] >= first["env_steps"]]
-    low = min(after, key=lambda h: h["success_rate"])
-    train_after = [r for r in rolling if r[0] >= first["env_steps"]]
-    return {
-        "level": level,
-        "reached": True,
-        "env_steps": int(first["env_steps"]),
-        "minutes": round(first["wall_seconds"] / 60, 2),
-        "evaluations_after": len(after),
-        "lowest_eval_after": low["success_rate"],
-        "lowest_eval_after_at": int(low["env_steps"]),
-        "held_eval": low["success_rate"] >= floor,
-        "lowest_training_after": min((r[2] for r in train_after), default=None),
-        "held_training": all(r[2] >= floor for r in train_after),
-        "env_steps_after": int(history[-1]["env_steps"] - first["env_steps"]),
-        **(in_minutes(history, rolling, level, floor) if alone else {}),
-    }
-
-
-def in_minutes(history: list[dict], rolling: list[list[float]], level: float, floor: float,
-               by: float = 10.0) -> dict:
-    """The issue's aim read in the run's own minutes (meaningful for a run alone on the
-    machine): ``level`` reached within ``by`` minutes, and the lowest evaluation and rolling
-    training success from minute ``by`` to the end."""
-    evals = [h for h in history if h["wall_seconds"] >= by * 60]
-    train = [r for r in rolling if r[1] >= by]
-    return {
-        "by_minutes": by,
-        "reached_by": any(h["success_rate"] >= level and h["wall_seconds"] < by * 60 for h in history),
-        "minutes_run": round(history[-1]["wall_seconds"] / 60, 2),
-        "evaluations_from": len(evals),
-        "lowest_eval_from": min((h["success_rate"] for h in evals), default=None),
-        "lowest_training_from": min((r[2] for r in train), default=None),
-        "mean_training_from": round(float(np.mean([r[2] for r in train])), 3) if train else None,
-        "held_from": bool(evals) and all(h["success_rate"] >= floor for h in evals)
-                     and all(r[2] >= floor for r in train),
-    }
 
 
 def run_variant(name: str, seed: int, args, work: Path, demos: Path, demo_steps: int) -> dict:
@@ -382,37 +315,6 @@ def table(rows: list[dict], target: float) -> str:
     return "\n".join(out)
 
 
-def holding_table(rows: list[dict]) -> str:
-    """Per run: when evaluation first reached the holding level, and the lowest evaluation
-    and rolling training success (last 50 episodes) from then to the end of the run."""
-    out = ["| variant | seed | reached (env steps, minutes) | then trained for (env steps) | lowest evaluation after "
-           "| lowest training success after |", "|---|---|---|---|---|---|"]  # fmt: skip
-    for r in sorted(rows, key=lambda r: (variants_of(rows).index(r["variant"]), r["seed"])):
-        h = r.get("holding")
-        if not h:
-            continue
-        if not h["reached"]:
-            out.append(f"| {r['variant']} | {r['seed']} | not {h['level']:.0%} in {r['env_steps']:,} | - | - | - |")
-            continue
-        low_t = "-" if h["lowest_training_after"] is None else f"{h['lowest_training_after']:.0%}"
-        out.append(f"| {r['variant']} | {r['seed']} | {h['level']:.0%} at {h['env_steps']:,} ({h['minutes']} min) "
-                   f"| {h['env_steps_after']:,} | {h['lowest_eval_after']:.0%} | {low_t} |")  # fmt: skip
-    alone = [r for r in rows if (r.get("holding") or {}).get("by_minutes")]
-    if alone:
-        h0 = alone[0]["holding"]
-        by = f"{h0['by_minutes']:g}"
-        out += ["", f"| variant | seed | {h0['level']:.0%} within {by} min | minutes run | evaluations from minute {by}: "
-                f"count, lowest | training success from minute {by}: lowest, mean | held |",
-                "|---|---|---|---|---|---|---|"]  # fmt: skip
-        for r in alone:
-            h = r["holding"]
-            pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
-            out.append(f"| {r['variant']} | {r['seed']} | {'yes' if h['reached_by'] else 'no'} | {h['minutes_run']} "
-                       f"| {h['evaluations_from']}, {pct(h['lowest_eval_from'])} | {pct(h['lowest_training_from'])}, "
-                       f"{h['mean_training_from']} | {'yes' if h['held_from'] else 'no'} |")  # fmt: skip
-    return "\n".join(out)
-
-
 def replot(name: str, target: float, level: float, floor: float) -> None:
     """Redraw the curve and recount the holding from the stored histories (the file is
     rewritten with the recount)."""
@@ -426,7 +328,7 @@ def replot(name: str, target: float, level: float, floor: float) -> None:
     path.write_text(json.dumps(data, indent=2))
     plot(data["runs"], RESULTS / f"{name}_curve.png", target)
     print(table(data["runs"], target))
-    print(holding_table(data["runs"]))
+    print(holding_table(data["runs"], variants_of(data["runs"])))
 
 
 def write(path: Path, rows: list[dict], args) -> None:
@@ -537,7 +439,7 @@ def side_by_side(args, path: Path, rows: list[dict]) -> None:
 def report(rows: list[dict], args) -> None:
     plot(rows, RESULTS / f"{args.name}_curve.png", args.target)
     print(table(rows, args.target))
-    print(holding_table(rows))
+    print(holding_table(rows, variants_of(rows)))
     for r in rows:
         print(f"{r['variant']:<12} seed {r['seed']}: to {args.target:.0%}: {r['env_steps_to_target']} steps / "
               f"{r['minutes_to_target']} min; best {r['best_eval_success']:.0%}; human share {r['human_share']:.1%} "

@@ -99,11 +99,9 @@ class SACConfig:
     # the BC warm start, so TD updates cannot move the features a cloned actor acts on
     shared_encoder: bool = True
     # how the actor learns from the critics. "reparam": SAC's, through the critic's gradient
-    # in the action. "awac": advantage-weighted regression onto the batch's own actions (AWAC's
-    # weights, Nair et al. 2020; the deterministic action's squared error, not the likelihood):
-    # weights exp(A / (awac_beta x std A)), A = Q(s, a) - Q(s, pi(s)), capped
-    # at awac_max_weight; the actor never follows the critic's action-gradient, only ranks
-    # actions it has seen (demos and its own), which keeps a cloned policy from drifting
+    # in the action. "awac": AWAC's weights (Nair et al. 2020) on a regression of the
+    # deterministic action onto the batch's own actions, exp(A / (awac_beta x std A)) with
+    # A = Q(s, a) - Q(s, pi(s)), capped at awac_max_weight: it only ranks actions it has seen
     actor_loss: str = "reparam"
     awac_beta: float = 0.5
     awac_max_weight: float = 20.0
@@ -377,19 +375,16 @@ class SAC(Algorithm):
         return bc
 
     def _awac_loss(self, batch, feats, actor_feats, action, logp, demo, metrics) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        """Advantage-weighted regression onto the batch's actions (AWAC's weights), plus the
-        entropy term and the BC pull on demo rows as in SAC's loss."""
+        """AWAC-weighted regression onto the batch's actions, the entropy term, the BC pull."""
         with torch.no_grad():
             q_data = self.critic(feats, batch[self.action_key]).mean(dim=0)
             q_pi = self.critic(feats, action.detach()).mean(dim=0)
             adv = q_data - q_pi
             z = adv / adv.std().clamp_min(1e-6)
             w = torch.exp(z / float(self.cfg.awac_beta)).clamp(max=float(self.cfg.awac_max_weight))
-        # the weighted squared error of the deterministic action, the std left to the entropy
-        # term: the likelihood's gradient in the std of a clone whose std sits at its floor
-        # (10^3-10^4 a row for a demonstrated action 0.2 off) runs through the layers the mean
-        # shares and moved the clone off its demonstrations; from pixels, 100% -> 0% in its
-        # first few hundred updates (docs/results.md, the pick from pixels)
+        # the deterministic action's squared error, the std left to the entropy term: the
+        # likelihood's std gradient on a clone whose std sits at its floor runs through the
+        # layers the mean shares and moved it off its demonstrations (docs/results.md, pixels)
         fit = self.policy.fit_features(actor_feats, batch[self.action_key], min_std=None)
         actor_loss = (w * fit).mean() + (self.alpha.detach() * logp).mean()
         if self._has_demo_rows(demo):
