@@ -72,6 +72,9 @@ VARIANTS: dict[str, list[str]] = {
     # ... or with the temperature falling on to 0.001 by 40,000 updates (to 20,000 about the
     # recipe's schedule, 0.0055 there against its 0.005; then five times lower)
     "settle": [*RECIPE, "algo.final_temperature=0.001", "algo.temperature_decay_updates=40000"],
+    # ... or the state recipe's temperature schedule where a sim's tuning differs (pixels)
+    "scheduled": [*RECIPE, "algo.autotune_temperature=false", "algo.init_temperature=0.03",
+                  "algo.final_temperature=0.005", "algo.temperature_decay_updates=20000"],  # fmt: skip
     # ... or with more of something
     "ten_critics": [*RECIPE, "algo.num_critics=10"],
     "utd2": [*RECIPE, "algo.utd_ratio=2"],

@@ -97,6 +97,14 @@ def initial_state_key(obs: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
+def is_new_best(success: float, best: float) -> bool:
+    """Whether an evaluation's success replaces the kept policy (``checkpoints/best.pt``):
+    above 0 and at or above the best so far. An equal later score replaces it too, since
+    the later policy has learned from more (a run at 100% keeps its last 100%, not its
+    first: docs/results.md, "Which policy is kept")."""
+    return success > 0 and success >= best
+
+
 def describe_eval(result: dict[str, Any]) -> str:
     """``"92% (81-97%) over 50 distinct initial states"``: how every report phrases a result."""
     rate, (lo, hi) = result["success_rate"], result.get("success_ci95", (0.0, 1.0))

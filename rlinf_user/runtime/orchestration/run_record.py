@@ -186,13 +186,11 @@ class RunRecord:
         """Book an evaluation; ``env_steps``: the steps trained when it began (default: now)."""
         p = self.progress
         steps = p.env_steps if env_steps is None else int(env_steps)
-        from rlinf_user.evaluation import describe_eval
+        from rlinf_user.evaluation import describe_eval, is_new_best
 
         p.eval_success = result["success_rate"]
         p.eval_detail = describe_eval(result)
-        # an equal later score replaces the best too: the later policy has learned from more
-        # (a run at 100% keeps its last 100%, not its first; measured in docs/results.md)
-        if "policy_state" in result and p.eval_success > 0 and p.eval_success >= p.best_eval_success:
+        if "policy_state" in result and is_new_best(p.eval_success, p.best_eval_success):
             self._save_best(result, steps, spec)
         p.best_eval_success = max(p.best_eval_success, p.eval_success)
         if not result.get("deterministic_reset"):  # one trial has no interval to fall by

@@ -217,7 +217,7 @@ class EnvWorker:
         (``policy_state``), so the run can keep exactly the policy that scored it."""
         import copy
 
-        from rlinf_user.evaluation import EVAL_ACCOUNTING, evaluate_policy
+        from rlinf_user.evaluation import EVAL_ACCOUNTING, evaluate_policy, is_new_best
 
         policy = self.actor.local_policy()
         weights = self.actor.weights
@@ -244,7 +244,7 @@ class EnvWorker:
             "policy_version": weights.version if weights is not None else -1,
             "frames": result["frames"],
         }
-        if weights_above is not None and out["success_rate"] > 0 and out["success_rate"] >= weights_above:
+        if weights_above is not None and is_new_best(out["success_rate"], weights_above):  # the run record's own rule
             out["policy_state"] = {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()}
         return out
 
