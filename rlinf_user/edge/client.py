@@ -25,7 +25,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from rlinf_user.edge.protocol import PROTOCOL_VERSION, Message, ProtocolError, decode, encode
-from rlinf_user.edge.security import HANDSHAKE_FAILURES, AuthError, client_options
+from rlinf_user.edge.security import HANDSHAKE_FAILURES, HANDSHAKE_REFUSALS, AuthError, client_options
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class EdgeClient:
         self._last_sent = 0.0
         self.last_heard = 0.0
         self.auth_failure: str | None = None
+        self.cut_handshakes = 0  # handshakes dropped mid-way since the last reply (libzmq retries them)
         self.spec: dict[str, Any] | None = None
         self.on_control = False  # talking on the controller's own socket
         self._stop = threading.Event()
@@ -92,12 +93,20 @@ class EdgeClient:
             self._open(port)
             self.on_control = port is not None
 
-    def _check_monitor(self) -> None:
+    def _check_monitor(self, timed_out: bool = False) -> None:
+        """Raise AuthError on a refused handshake; a handshake cut short counts as one only
+        when it kept the request from an answer (``timed_out``)."""
         while self.monitor.poll(0):
             event = recv_monitor_message(self.monitor)
             why = HANDSHAKE_FAILURES.get(event["event"])
-            if why:
+            if event["event"] in HANDSHAKE_REFUSALS:
                 self.auth_failure = why
+            elif why:
+                self.cut_handshakes += 1
+                log.debug("handshake with %s:%s cut short (errno %s); libzmq retries", self.host, self.port,
+                          event.get("value"))  # fmt: skip
+        if timed_out and self.cut_handshakes and not self.auth_failure:
+            self.auth_failure = f"security handshake failed ({self.cut_handshakes} attempts cut short)"
         if self.auth_failure:
             raise AuthError(
                 f"the edge daemon at {self.host}:{self.port} refused this client: "
@@ -118,8 +127,9 @@ class EdgeClient:
                     self.sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
                     break
                 except zmq.Again:
-                    self._check_monitor()
-                    if time.monotonic() > deadline:
+                    timed_out = time.monotonic() > deadline
+                    self._check_monitor(timed_out)
+                    if timed_out:
                         raise EdgeTimeout(
                             f"cannot send to the edge daemon at {self.host}:{self.port}: no connection "
                             f"within {self.timeout_s:.1f} s"
@@ -135,7 +145,7 @@ class EdgeClient:
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    self._check_monitor()
+                    self._check_monitor(timed_out=True)
                     raise EdgeTimeout(
                         f"no reply from the edge daemon at {self.host}:{self.port} within "
                         f"{timeout_s or self.timeout_s:.1f} s"
@@ -155,7 +165,7 @@ class EdgeClient:
                     msg = decode([f.buffer for f in frames])
                 except ProtocolError as err:
                     raise EdgeRefused(err.code, f"undecodable reply from the edge: {err}") from err
-                self.last_heard = time.monotonic()
+                self.last_heard, self.cut_handshakes = time.monotonic(), 0
                 if msg.rid in self.stream_rids and (msg.rid != rid or msg.body.get("stream")):
                     self.streamed.append(msg)
                     continue

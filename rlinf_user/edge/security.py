@@ -178,3 +178,7 @@ HANDSHAKE_FAILURES = {
     "the other does not, or a key is wrong)",
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "security handshake failed",
 }
+# A refusal is final; a handshake cut short (NO_DETAIL: the connection dropped mid-handshake,
+# as when the daemon's ingress guard sheds pending connections under a flood) is retried by
+# libzmq on its own, so a client reports it only when no reply came in time.
+HANDSHAKE_REFUSALS = (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
