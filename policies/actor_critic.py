@@ -41,9 +41,19 @@ class TanhGaussianActor(nn.Module):
 
     def forward(self, feats: torch.Tensor):
         mean, log_std = self.net(feats).chunk(2, dim=-1)
-        log_std = torch.tanh(log_std)
-        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (log_std + 1)
-        return mean, log_std
+        return mean, self._squash(log_std)
+
+    def _squash(self, raw: torch.Tensor) -> torch.Tensor:
+        return self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw) + 1)
+
+    def _std_by_head(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward``'s mean and log-std, the log-std's gradient kept to the last layer's
+        std rows: a loss on the std alone then moves neither the mean nor the layers it shares."""
+        hidden = self.net[:-1](feats)
+        last, half = self.net[-1], self.net[-1].out_features // 2
+        mean = F.linear(hidden, last.weight[:half], last.bias[:half])
+        raw = F.linear(hidden.detach(), last.weight[half:], last.bias[half:])
+        return mean, self._squash(raw)
 
     def sample(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised sample and its log-probability (with the tanh correction)."""
@@ -65,7 +75,8 @@ class TanhGaussianActor(nn.Module):
         log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * torch.log(torch.tensor(2 * torch.pi))).sum(-1)
         return log_prob - (2 * (torch.log(torch.tensor(2.0)) - pre - F.softplus(-2 * pre))).sum(-1)
 
-    def fit_loss(self, feats: torch.Tensor, action: torch.Tensor, bound: float = 0.999, min_std: float | None = 0.0) -> torch.Tensor:
+    def fit_loss(self, feats: torch.Tensor, action: torch.Tensor, bound: float = 0.999, min_std: float | None = 0.0,
+                 std_head_only: bool = False) -> torch.Tensor:  # fmt: skip
         """Per-row loss toward given actions: the squared error of the deterministic action
         ``tanh(mean)`` (what evaluation takes), plus the Gaussian negative log-likelihood of
         the standard deviation around that action, the mean held fixed (what exploration
@@ -76,8 +87,10 @@ class TanhGaussianActor(nn.Module):
         exploration floor that leaves the deterministic action alone). ``min_std=None``: the
         squared error alone, the std left to the loss's other terms (the likelihood's gradient
         in the std, through the layers the mean shares, moves the mean of a policy whose std
-        sits far below its residual, as a BC warm start leaves it)."""
-        mean, log_std = self(feats)
+        sits far below its residual, as a BC warm start leaves it). ``std_head_only``: the
+        likelihood's gradient reaches the last layer's std rows alone (:meth:`_std_by_head`),
+        so a std far below its residual rises to it without moving the mean."""
+        mean, log_std = self._std_by_head(feats) if std_head_only else self(feats)
         target = action.clamp(-bound, bound)
         det = torch.tanh(mean)
         if min_std is None:

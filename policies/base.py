@@ -113,7 +113,8 @@ class WeightedRegression(Protocol):
 
     encoder: nn.Module
 
-    def fit_features(self, feats: torch.Tensor, action: torch.Tensor, min_std: float | None = 0.0) -> torch.Tensor: ...
+    def fit_features(self, feats: torch.Tensor, action: torch.Tensor, min_std: float | None = 0.0,
+                     std_head_only: bool = False) -> torch.Tensor: ...  # fmt: skip
 
 
 CAPABILITIES = {

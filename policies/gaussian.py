@@ -59,11 +59,12 @@ class GaussianPolicy(Policy):
         """Log-probability of given actions (advantage-weighted actor losses)."""
         return self.actor.log_prob_of(feats, action)
 
-    def fit_features(self, feats: torch.Tensor, action: torch.Tensor, min_std: float | None = 0.0) -> torch.Tensor:
+    def fit_features(self, feats: torch.Tensor, action: torch.Tensor, min_std: float | None = 0.0,
+                     std_head_only: bool = False) -> torch.Tensor:  # fmt: skip
         """Per-row regression loss toward given actions (advantage-weighted actors), the std
         held at ``min_std`` or more (None: the deterministic action's squared error alone):
         :meth:`~rlinf_user.policies.actor_critic.TanhGaussianActor.fit_loss`."""
-        return self.actor.fit_loss(feats, action, min_std=min_std)
+        return self.actor.fit_loss(feats, action, min_std=min_std, std_head_only=std_head_only)
 
     def bc_loss(self, obs: dict[str, Any], target: torch.Tensor) -> torch.Tensor:
         """MSE between the deterministic action and the label, in the tanh space, plus a

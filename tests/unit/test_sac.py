@@ -337,6 +337,69 @@ def test_awac_keeps_a_confident_clone_on_its_demonstrations_under_a_critic_that_
     assert off_demos() < 2 * cloned + 0.02, (cloned, off_demos())
 
 
+def test_a_likelihood_on_the_std_alone_reaches_only_the_std_head_and_fits_the_spread():
+    """``std_head_only``: the std's likelihood term leaves every gradient the mean's squared
+    error gives unchanged (the trunk's and the mean rows'), and the std, started at its floor
+    as a BC warm start leaves it, rises to the spread of the actions plus the floor asked for."""
+    from rlinf_user.policies.actor_critic import TanhGaussianActor
+
+    torch.manual_seed(0)
+    actor = TanhGaussianActor(5, 3, [32, 32])
+    with torch.no_grad():
+        actor.net[-1].bias[3:] = -4.0  # log-std at its floor (-5.0), as the BC warm start leaves it
+    feats = torch.randn(256, 5)
+    with torch.no_grad():
+        target = torch.tanh(actor(feats)[0]) + 0.2 * torch.randn(256, 3)  # a spread of 0.2 around the mean
+
+    def grads(**kw) -> dict[str, torch.Tensor]:
+        actor.zero_grad()
+        actor.fit_loss(feats, target, **kw).mean().backward()
+        return {n: p.grad.clone() for n, p in actor.named_parameters()}
+
+    alone, head, full = grads(min_std=None), grads(min_std=0.05, std_head_only=True), grads(min_std=0.05)
+    last_w, last_b = f"net.{len(actor.net) - 1}.weight", f"net.{len(actor.net) - 1}.bias"
+    for name in alone:
+        if name in (last_w, last_b):
+            assert torch.allclose(head[name][:3], alone[name][:3], atol=1e-6)  # the mean's rows
+            assert head[name][3:].abs().sum() > 0  # the std's rows learn
+        else:
+            assert torch.allclose(head[name], alone[name], atol=1e-6), name  # the trunk: as the mean alone moves it
+    trunk = [n for n in alone if n not in (last_w, last_b)]
+    assert any(not torch.allclose(full[n], alone[n], atol=1e-6) for n in trunk)  # the full likelihood moves the trunk
+
+    opt = torch.optim.Adam([actor.net[-1].bias], lr=0.05)
+    for _ in range(400):
+        opt.zero_grad()
+        actor.fit_loss(feats, target, min_std=0.05, std_head_only=True).mean().backward()
+        actor.net[-1].bias.grad[:3] = 0  # the std alone: its optimum for these residuals
+        opt.step()
+    with torch.no_grad():
+        mean, log_std = actor(feats)
+        want = ((target - torch.tanh(mean)).square().mean(0) + 0.05**2).sqrt()
+    assert torch.allclose(log_std.exp().mean(0), want, rtol=0.15), (log_std.exp().mean(0), want)
+
+
+def test_awac_min_std_fits_the_std_by_likelihood_and_is_checked():
+    from rlinf_user.config.compose import ConfigError, validate
+
+    with pytest.raises(ConfigError, match="awac_min_std"):
+        validate(compose_config(["algo=rlpd", "algo.actor_loss=awac", "algo.awac_min_std=-0.1"]))
+    torch.manual_seed(0)
+    cfg = compose_config(["algo=rlpd", "algo.actor_loss=awac", "policy.hidden=[32]", "algo.critic_warmup_updates=0",
+                          "algo.awac_min_std=0.1", "algo.autotune_temperature=false", "algo.init_temperature=1e-4",
+                          "algo.batch_size=64"])  # fmt: skip
+    agent = SAC(cfg.algo, cfg.policy, 5, {}, 3)
+    states = {"state": torch.randn(256, 5), "images": {}}
+    for _ in range(300):  # the actions of the batch: 0.5 with a spread of 0.3, whatever the state
+        b = _batch(n=64, reward=0.0)
+        b["action"] = (0.5 + 0.3 * torch.randn(64, 3)).clamp(-1, 1)
+        agent.update(b)
+    with torch.no_grad():
+        _, log_std = agent.policy.actor(agent.policy.encoder(states))
+    std = log_std.exp().mean().item()  # in the pre-tanh space: about 0.3 / (1 - 0.5^2) = 0.4
+    assert 0.25 < std < 0.7, std
+
+
 def test_awac_is_refused_for_a_flow_policy():
     from rlinf_user.config.compose import ConfigError, validate
 
