@@ -91,12 +91,12 @@ VARIANTS: dict[str, list[str]] = {
     # the shared one, trained by the critic's TD loss from the first update, moved the
     # features under a cloned actor held still by the critic's warm-up
     "awac_own_encoder": [*RECIPE, "algo.actor_loss=awac", "algo.shared_encoder=false"],
-    # ... and AWAC's std fitted by its weighted likelihood (the mean held, the std floored at
-    # 0.05 or 0.1), the entropy term all but off: left to the entropy term, the std from pixels
-    # grew to ~0.4 a dimension on the policy's own states and sank its training episodes
+    # ... and AWAC's std fitted by its weighted likelihood (the mean held), the entropy term all
+    # but off: left to the entropy term, the std from pixels grew to ~0.4 a dimension on the
+    # policy's own states and sank its training episodes. A floor of 0.05 adds to the spread of
+    # the policy's own samples, so it compounds; without one the fit only follows that spread
     "awac_std": [*RECIPE, "algo.awac_min_std=0.05", "algo.autotune_temperature=false", "algo.init_temperature=1e-4"],
-    "awac_std_wide": [*RECIPE, "algo.awac_min_std=0.1", "algo.autotune_temperature=false",
-                      "algo.init_temperature=1e-4"],  # fmt: skip
+    "awac_std_zero": [*RECIPE, "algo.awac_min_std=0", "algo.autotune_temperature=false", "algo.init_temperature=1e-4"],
     "crossq": ["algo=crossq", *SAME_TUNING],
     # the flow policy (SAC-Flow: the actor a few Euler steps of a learned velocity field),
     # with the recipe's demo tuning and LayerNorm critics

@@ -56,16 +56,18 @@ def test_the_pixel_sim_picks_its_policy_unless_the_command_line_does():
 
 
 def test_the_pixel_recipe_is_the_state_recipe_with_an_advantage_weighted_actor_on_its_own_encoder():
-    """... and its temperature tuned and its actor's rate fixed, as it was measured (the state
-    recipe's schedules are not yet measured from pixels, or failed there: docs/results.md)."""
+    """... whose std is fitted by AWAC's weighted likelihood, the entropy term all but off, and
+    its actor's rate fixed, as it was measured (the state recipe's schedules are not yet
+    measured from pixels, or failed there: docs/results.md)."""
     pixels, state = (compose_config(["algo=rlpd"], sim=s).algo for s in ("gym_hil_pixels", "gym_hil_random"))
     assert (pixels.actor_loss, state.actor_loss) == ("awac", "reparam")
     assert (pixels.shared_encoder, state.shared_encoder) == (False, True)
-    assert (pixels.autotune_temperature, pixels.init_temperature, pixels.final_temperature) == (True, 0.01, None)
+    assert (pixels.awac_min_std, state.awac_min_std) == (0.0, None)
+    assert (pixels.autotune_temperature, pixels.init_temperature, pixels.final_temperature) == (False, 1e-4, None)
     assert (state.autotune_temperature, state.final_temperature) == (False, 0.005)
     assert (pixels.final_actor_lr, state.final_actor_lr) == (None, 3e-5)
     own = ("actor_loss", "shared_encoder", "autotune_temperature", "init_temperature", "final_temperature",
-           "final_actor_lr")
+           "final_actor_lr", "awac_min_std")
     assert {k: v for k, v in pixels.items() if k not in own} == {k: v for k, v in state.items() if k not in own}
     assert compose_config(["algo=rlpd", "algo.actor_loss=reparam"], sim="gym_hil_pixels").algo.actor_loss == "reparam"
 
