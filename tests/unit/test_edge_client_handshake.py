@@ -4,6 +4,7 @@ cut handshakes that keep it from any answer, are an AuthError."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -13,13 +14,7 @@ import zmq
 
 from rlinf_user.edge.client import EdgeClient
 from rlinf_user.edge.protocol import Message, decode, encode
-from rlinf_user.edge.security import AuthError
-
-
-def _keys(tmp_path):
-    from rlinf_user.edge.security import keygen
-
-    return keygen(tmp_path / "keys")
+from rlinf_user.edge.security import AuthError, keygen
 
 
 def _cutter(port: int, until: threading.Event) -> threading.Thread:
@@ -53,28 +48,37 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _client(port, keys, timeout_s):
-    return EdgeClient("127.0.0.1", port, server_public_key=str(keys["edge_public"]),
-                      client_secret_key=str(keys["client_secret"]), timeout_s=timeout_s)  # fmt: skip
-
-
-def test_a_handshake_cut_short_is_retried_and_the_request_answered(tmp_path):
-    keys = _keys(tmp_path)
+@contextlib.contextmanager
+def _client_of_a_cutter(tmp_path, timeout_s: float):
+    """A CURVE client of a port whose every connection is cut; ``stop()`` ends the cutting."""
+    keys = keygen(tmp_path / "keys")
     port = _free_port()
     stop_cutting = threading.Event()
     cutter = _cutter(port, stop_cutting)
-    client = _client(port, keys, timeout_s=5.0)
+    client = EdgeClient("127.0.0.1", port, server_public_key=str(keys["edge_public"]),
+                        client_secret_key=str(keys["client_secret"]), timeout_s=timeout_s)  # fmt: skip
+
+    def stop():
+        stop_cutting.set()
+        cutter.join()
+
     try:
+        yield client, keys, port, stop
+    finally:
+        stop()
+        client.close(say_bye=False)
+
+
+def test_a_handshake_cut_short_is_retried_and_the_request_answered(tmp_path):
+    with _client_of_a_cutter(tmp_path, timeout_s=5.0) as (client, keys, port, stop_cutting):
         rid = client.send("ping")
         deadline = time.monotonic() + 5.0
         while client.cut_handshakes == 0 and time.monotonic() < deadline:
             client._check_monitor()  # must not raise: a cut handshake is not a refusal
             time.sleep(0.02)
         assert client.cut_handshakes >= 1
-        stop_cutting.set()
-        cutter.join()
-        ctx = zmq.Context.instance()
-        server = ctx.socket(zmq.ROUTER)
+        stop_cutting()
+        server = zmq.Context.instance().socket(zmq.ROUTER)
         server.linger = 0
         server.curve_server = True
         server.curve_secretkey = zmq.auth.load_certificate(str(keys["edge_secret"]))[1]
@@ -88,21 +92,9 @@ def test_a_handshake_cut_short_is_retried_and_the_request_answered(tmp_path):
             assert client.cut_handshakes == 0  # an answer clears the count
         finally:
             server.close(0)
-    finally:
-        stop_cutting.set()
-        client.close(say_bye=False)
 
 
 def test_cut_handshakes_that_keep_every_answer_away_are_an_auth_error(tmp_path):
-    keys = _keys(tmp_path)
-    port = _free_port()
-    stop_cutting = threading.Event()
-    cutter = _cutter(port, stop_cutting)
-    client = _client(port, keys, timeout_s=1.0)
-    try:
+    with _client_of_a_cutter(tmp_path, timeout_s=1.0) as (client, *_):
         with pytest.raises(AuthError, match="cut short"):
             client.request("ping", timeout_s=1.0)
-    finally:
-        stop_cutting.set()
-        cutter.join()
-        client.close(say_bye=False)
