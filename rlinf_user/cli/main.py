@@ -38,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _env_args(train)
 
+    plan = sub.add_parser("plan", help="profile the roles on this machine and rank placements (no training)",
+                          epilog="Example: `rlinf-user plan --sim gym_hil_random algo=rlpd demos=...`")  # fmt: skip
+    _env_args(plan)
+    plan.add_argument("--budget", type=float, default=30.0, help="seconds the profile may take (default 30)")
+    plan.add_argument("--top", type=int, default=8, help="placements shown (default 8)")
+    plan.add_argument("--out", help="write the profile, the ranking and the choice as JSON here")
+
     ev = sub.add_parser("eval", help="run a checkpoint for N episodes: success rate + mp4", epilog=EPILOG)
     ev.add_argument("run", nargs="?", help="a run directory or a checkpoint file (.pt); "
                     "or none, with --sim/--robot and policy=... (a pretrained VLA folder, an openpi server)")  # fmt: skip
@@ -160,12 +167,17 @@ def main(argv: list[str] | None = None) -> int:
     from rlinf_user.policies.base import PolicyUnavailable
     from rlinf_user.robots.teleop.command import DeviceDisconnected
     from rlinf_user.runtime.orchestration.trainer import RunError
+    from rlinf_user.runtime.planning.profile import ProfileError
 
     try:
         if args.command == "train":
             from rlinf_user.cli.train import run_train
 
             return run_train(args, console)
+        if args.command == "plan":
+            from rlinf_user.cli.plan import run_plan
+
+            return run_plan(args, console)
         if args.command == "eval":
             from rlinf_user.cli.evaluate import run_eval
 
@@ -206,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     except (EdgeStartError, AuthError) as err:
         console.print(f"[bold red]error:[/] {err}")
         return 1
-    except (RunError, PolicyUnavailable, EvaluationStopped) as err:
+    except (RunError, PolicyUnavailable, EvaluationStopped, ProfileError) as err:
         console.print(f"[bold red]error:[/] {err}")
         return 1
     except (PoorPoseSet, BoardNotFound, CalibrationMismatch) as err:

@@ -25,7 +25,16 @@ def run_train(args, console) -> int:
     from rlinf_user.rundir import attach_log_file, create_run_dir
     from rlinf_user.runtime.orchestration.trainer import Trainer
 
+    plan = None
+    if str(cfg.placement.mode) == "auto":  # profiled and chosen here: config.yaml keeps the choice
+        from rlinf_user.cli.plan import choose_placement
+
+        plan = choose_placement(cfg, console)
     run_dir = create_run_dir(cfg)
+    if plan is not None:
+        import json
+
+        (run_dir / "plan.json").write_text(json.dumps(plan, indent=2, default=str) + "\n")
     attach_log_file(run_dir)
     console.print(f"run directory: [bold]{run_dir}[/]")
     OmegaConf.set_readonly(cfg, True)

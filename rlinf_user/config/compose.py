@@ -217,6 +217,8 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError("placement.rollout.max_batch must be >= 1 and placement.rollout.max_wait_ms >= 0")
     if int(cfg.placement.get("learner_replicas", 1)) < 1:
         raise ConfigError(f"placement.learner_replicas={cfg.placement.learner_replicas}: at least 1 (the learner itself)")
+    if str(cfg.placement.mode) not in ("collocated", "disaggregated", "auto"):
+        raise ConfigError(f"placement.mode={cfg.placement.mode!r}: collocated, disaggregated or auto")
     if cfg.placement.num_env_workers < 1 or cfg.placement.envs_per_worker < 1:
         raise ConfigError("placement.num_env_workers and placement.envs_per_worker must be >= 1")
     if int(cfg.get("keep_checkpoints", 3)) < 0:

@@ -91,7 +91,8 @@ class PlacementConfig:
     with its own resources (the buffer too), so roles can sit on different devices/nodes.
     """
 
-    mode: str = "collocated"  # collocated | disaggregated
+    mode: str = "collocated"  # collocated | disaggregated | auto (chosen from a profile at start)
+    profile_s: float = 30.0  # placement=auto: the profile's time budget (seconds)
     ray_address: str | None = None  # None: start a local Ray runtime
     # Named node groups: a node belongs to a group by offering its custom resource
     # (`ray start --resources='{"gpu_box": 1}'`); a role with `group: gpu_box` lands there.

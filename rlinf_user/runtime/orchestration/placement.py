@@ -81,6 +81,9 @@ def _role(res, max_concurrency: int = 1, groups: dict | None = None) -> RolePlan
 
 def make_plan(placement_cfg, gpu_available: bool) -> Plan:
     mode = placement_cfg.mode
+    if mode == "auto":
+        raise ValueError("placement=auto is chosen when `rlinf-user train` starts (or shown by `rlinf-user plan`); "
+                         "here give placement=collocated or disaggregated")  # fmt: skip
     if mode not in MODES:
         raise ValueError(f"placement.mode must be one of {MODES}, got {mode!r}")
     groups = {str(k): {str(r): float(v) for r, v in dict(g or {}).items()} for k, g in dict(placement_cfg.get("groups") or {}).items()}

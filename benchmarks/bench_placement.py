@@ -1,0 +1,131 @@
+"""Automatic placement against fixed placements: predicted and measured throughput, side by side.
+
+Per workload: ``rlinf-user plan``'s profile and ranking (the cost model's prediction for
+every candidate), then real training runs of the fixed placements a user would pick by hand
+and of the model's choice, one after the other on this machine, each for ``--seconds``.
+Measured: the median of the run's own ``runtime/env_steps_per_s`` and
+``runtime/updates_per_s`` once past ``--warmup`` seconds, and the rate that learning gets at
+the algorithm's update-to-data ratio (the smaller of env steps/s and updates/s over that ratio).
+
+    python benchmarks/bench_placement.py --workloads reach_sac pick_rlpd --seconds 45
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from machine import describe
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# name -> (--sim, overrides); {demos}: the workload's recorded demonstrations
+WORKLOADS = {
+    "reach_sac": ("reach", ["algo=sac"]),
+    "pick_rlpd": ("gym_hil_random", ["algo=rlpd", "demos={demos}"]),
+    "pick_pixels_rlpd": ("gym_hil_pixels", ["algo=rlpd", "demos={demos}"]),
+}
+FIXED = [("collocated", 1, 1, False), ("disaggregated", 1, 1, False), ("collocated", 2, 1, False),
+         ("collocated", 1, 4, False), ("collocated", 2, 2, True)]  # fmt: skip
+
+
+def record_demos(sim: str, root: Path) -> Path:
+    from rlinf_user.cli.main import main
+
+    if not (root / "meta" / "info.json").exists():
+        rc = main(["teleop", "--sim", sim, "teleop=synthetic", f"dataset.root={root}", "dataset.episodes=5", "seed=0"])
+        if rc != 0:
+            raise SystemExit(f"recording demonstrations exited {rc}")
+    return root
+
+
+def placement_overrides(mode: str, workers: int, envs: int, rollout: bool) -> list[str]:
+    return [f"placement={mode}", f"placement.num_env_workers={workers}", f"placement.envs_per_worker={envs}",
+            f"placement.rollout.enabled={str(rollout).lower()}"]  # fmt: skip
+
+
+def measure(sim: str, overrides: list[str], placement: list[str], seconds: float, warmup: float, work: Path) -> dict:
+    """A real training run of this placement: its steady env steps/s and updates/s."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rlinf_user.cli.main import main
+
+    name = f"run_{int(time.time() * 1000)}"
+    argv = ["train", "--sim", sim, *overrides, *placement, f"run_root={work}", f"run_name={name}", "progress=false",
+            "total_env_steps=100000000", f"max_wall_minutes={seconds / 60:.3f}", "eval_every_steps=100000000",
+            "eval_at_start=false", "eval_episodes=1", "test_episodes=0", "checkpoint_every_steps=100000000"]  # fmt: skip
+    t0 = time.time()
+    rc = main(argv)
+    wall = time.time() - t0
+    if rc != 0:
+        return {"placement": placement, "error": f"exit {rc}"}
+    ea = EventAccumulator(str(work / name / "tb"), size_guidance={"scalars": 0})
+    ea.Reload()
+    env = ea.Scalars("runtime/env_steps_per_s")
+    upd = ea.Scalars("runtime/updates_per_s")
+    t_first = env[0].wall_time if env else 0.0
+    steady = [(e.value, u.value) for e, u in zip(env, upd) if e.wall_time - t_first >= warmup]
+    summary = json.loads((work / name / "eval" / "summary.json").read_text())
+    return {
+        "placement": placement,
+        "env_steps_per_s": round(statistics.median(v for v, _ in steady), 2) if steady else None,
+        "updates_per_s": round(statistics.median(u for _, u in steady), 2) if steady else None,
+        "samples": len(steady), "run_wall_s": round(wall, 1), "env_steps": summary.get("env_steps"),
+        "updates": summary.get("updates"),
+    }  # fmt: skip
+
+
+def bench(name: str, args, work: Path) -> dict:
+    from rlinf_user.cli.plan import overrides_of
+    from rlinf_user.config.compose import compose_config
+    from rlinf_user.runtime.planning.model import Candidate, predict, rank
+    from rlinf_user.runtime.planning.profile import Profiler
+
+    sim, overrides = WORKLOADS[name]
+    if any("{demos}" in o for o in overrides):
+        demos = record_demos(sim, work / f"demos_{sim}")
+        overrides = [o.format(demos=demos) for o in overrides]
+    cfg = compose_config(overrides, sim=sim)
+    t0 = time.time()
+    costs, pipe = Profiler(cfg, args.budget).run()
+    profile_s = time.time() - t0
+    ranking = rank(costs, pipe)
+    chosen = ranking[0].candidate
+    u = max(pipe.utd_ratio, 1e-9)
+    rows = []
+    fixed = [Candidate(m, w, e, r) for m, w, e, r in FIXED]
+    for cand in [*fixed, *([] if chosen in fixed else [chosen])]:
+        pred = predict(costs, pipe, cand)
+        got = measure(sim, overrides, overrides_of(cand), args.seconds, args.warmup, work)
+        if got.get("env_steps_per_s") is not None:
+            got["learning_rate"] = round(min(got["env_steps_per_s"], got["updates_per_s"] / u), 2)
+        row = {"candidate": cand.label(), "auto": cand == chosen, "predicted": pred.row(), "measured": got}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return {"workload": name, "sim": sim, "overrides": [o for o in overrides if not o.startswith("demos=")],
+            "pipeline": pipe.__dict__, "profile_s": round(profile_s, 1), "costs": costs.to_dict(),
+            "top_predicted": [p.row() for p in ranking[:8]], "runs": rows}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--seconds", type=float, default=45.0, help="each measured run's length")
+    ap.add_argument("--warmup", type=float, default=10.0, help="seconds of each run left out of its medians")
+    ap.add_argument("--budget", type=float, default=30.0, help="the profile's budget")
+    ap.add_argument("--out", default=str(RESULTS / "placement_auto.json"))
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-placement-"))
+    out = {"what": "placement=auto's prediction against measured runs of fixed placements",
+           "seconds_per_run": args.seconds, "warmup_s": args.warmup, "workloads": [], "machine": describe()}  # fmt: skip
+    for name in args.workloads:
+        out["workloads"].append(bench(name, args, work))
+        Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()

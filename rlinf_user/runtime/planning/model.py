@@ -1,0 +1,298 @@
+"""The cost model of a training pipeline: what a placement would do, from measured role costs.
+
+The pipeline is env workers -> (rollout server) -> replay or segments -> learner -> weights.
+Each role's cost comes from :mod:`.profile` (seconds of wall clock and of CPU, measured on
+this machine); a :class:`Candidate` is one way to place the roles. :func:`predict` gives a
+candidate's env steps/s and updates/s as the tightest of its bottlenecks:
+
+* **each env worker** is one process stepping its ``E`` envs in lockstep: a vector step
+  costs the envs' step, the policy's act on ``E`` observations (or a round trip to the
+  rollout server), and the rows' write and send; ``W`` workers give at most
+  ``W * E / t_worker`` env steps/s;
+* **the learner** is one process: per update it samples a batch (in process when
+  collocated; from the replay actor otherwise, pipelined) and updates; when collocated it
+  also stores every row the workers send. Its busy time per second is at most 1;
+* **the rollout server** (when on) answers every worker's act in shared batches: per
+  second at most 1 of its time, at the batch the workers' requests form;
+* **the CPU**: every process's CPU seconds per second summed stay within the cores
+  (``cores * efficiency``; the efficiency is what the scheduler and the runtime's own
+  threads leave, calibrated against measured runs in ``benchmarks/bench_placement.py``).
+
+Replay algorithms run at their update-to-data ratio ``u`` (``paced``: the workers wait for
+the learner): env steps/s ``R`` is the largest with ``u R`` updates/s fitting every
+bottleneck above. On-policy rounds run one after the other: collect ``num_steps`` per env,
+then update (:func:`predict` sums them). Robots step at their own rate: a candidate whose
+learner would hold a robot back is marked, never chosen.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MODES = ("collocated", "disaggregated")
+NEAR = 0.98  # predictions this close to the best are equals: the simpler placement wins
+CPU_EFFICIENCY = 0.9  # the share of the cores the roles get (the rest: Ray, the driver, the OS)
+
+
+@dataclass
+class Curve:
+    """Seconds per call at measured batch sizes (wall and CPU), interpolated between them
+    and extrapolated linearly past the largest."""
+
+    wall: dict[int, float] = field(default_factory=dict)
+    cpu: dict[int, float] = field(default_factory=dict)
+
+    def _at(self, table: dict[int, float], n: float) -> float:
+        if not table:
+            return 0.0
+        xs = sorted(table)
+        if n <= xs[0]:
+            return table[xs[0]] * (n / xs[0] if xs[0] > 1 else 1.0)
+        for a, b in zip(xs, xs[1:]):
+            if n <= b:
+                f = (n - a) / (b - a)
+                return table[a] + f * (table[b] - table[a])
+        if len(xs) == 1:
+            return table[xs[0]] * n / xs[0]
+        a, b = xs[-2], xs[-1]
+        slope = max(0.0, (table[b] - table[a]) / (b - a))
+        return table[b] + slope * (n - b)
+
+    def wall_s(self, n: float) -> float:
+        return self._at(self.wall, n)
+
+    def cpu_s(self, n: float) -> float:
+        return self._at(self.cpu or self.wall, n)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Curve:
+        return cls({int(k): float(v) for k, v in d.get("wall", {}).items()},
+                   {int(k): float(v) for k, v in d.get("cpu", {}).items()})  # fmt: skip
+
+
+@dataclass
+class Costs:
+    """What :mod:`.profile` measured on this machine (seconds)."""
+
+    cores: int
+    gpus: int = 0
+    env_step: Curve = field(default_factory=Curve)  # one vector step of E envs, by E
+    act: dict[str, Curve] = field(default_factory=dict)  # the policy's act on B observations, by device
+    row: Curve = field(default_factory=Curve)  # a worker's write and send of B rows (its side)
+    store: Curve = field(default_factory=Curve)  # the buffer's side of storing B rows
+    update: dict[str, Curve] = field(default_factory=dict)  # one learner update (sampling included), by device
+    sample_transfer: Curve = field(default_factory=Curve)  # a batch from the replay actor (disaggregated), by B
+    call_s: float = 0.0  # one actor call's fixed cost (a rollout call, a request to the rollout server)
+    publish_s: float = 0.0  # publishing the weights once (learner side)
+    apply_s: float = 0.0  # a worker taking one publication
+    robot_hz: float | None = None  # the env steps at a robot's fixed rate: its step is 1 / hz
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Costs:
+        return cls(
+            cores=int(d["cores"]), gpus=int(d.get("gpus", 0)), env_step=Curve.from_dict(d.get("env_step", {})),
+            act={k: Curve.from_dict(v) for k, v in d.get("act", {}).items()}, row=Curve.from_dict(d.get("row", {})),
+            store=Curve.from_dict(d.get("store", {})),
+            update={k: Curve.from_dict(v) for k, v in d.get("update", {}).items()},
+            sample_transfer=Curve.from_dict(d.get("sample_transfer", {})), call_s=float(d.get("call_s", 0.0)),
+            publish_s=float(d.get("publish_s", 0.0)), apply_s=float(d.get("apply_s", 0.0)),
+            robot_hz=d.get("robot_hz"),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What the algorithm asks of the pipeline (its data plan) and the run's fixed settings."""
+
+    on_policy: bool
+    batch_size: int = 256
+    utd_ratio: float = 1.0
+    paced: bool = True
+    horizon: int = 1  # actions per decision: a chunk's act serves H env steps
+    chunk_rows: bool = False  # a chunk is one replay row
+    num_steps: int = 0  # on-policy: env steps per env in a round
+    update_batches: float = 1.0  # on-policy: learner updates (minibatch steps) per round, per 1,000 rows
+    publish_every_updates: int = 50
+    rollout_steps: int = 100  # env steps per rollout call of a worker
+    send_rows: int = 50  # rows a worker batches per send (buffer.chunk_steps)
+    robots: int = 0  # env workers pinned to robots (their count is fixed)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    mode: str
+    workers: int
+    envs_per_worker: int
+    rollout: bool = False
+    learner_device: str = "cpu"
+    act_device: str = "cpu"  # where the policy acts: each worker's, or the rollout server's
+
+    def label(self) -> str:
+        served = f" + rollout server ({self.act_device})" if self.rollout else ""
+        dev = "" if self.learner_device == "cpu" else f", learner on {self.learner_device}"
+        return f"{self.mode}, {self.workers} x {self.envs_per_worker} envs{served}{dev}"
+
+    def placement(self) -> dict[str, Any]:
+        """The ``placement.*`` values this candidate sets."""
+        return {"mode": self.mode, "num_env_workers": self.workers, "envs_per_worker": self.envs_per_worker,
+                "rollout": {"enabled": self.rollout, "device": self.act_device},
+                "learner_device": self.learner_device}  # fmt: skip
+
+
+@dataclass
+class Prediction:
+    candidate: Candidate
+    env_steps_per_s: float
+    updates_per_s: float
+    bottleneck: str  # what limits it: workers, learner, rollout server, cpu, robot
+    usage: dict[str, float]  # each role's busy share at that rate (learner, rollout, cpu)
+    holds_robot: bool = False  # a robot would wait for the learner
+    score: float = 0.0  # what ranks it: env steps/s at the algorithm's update-to-data ratio
+
+    def row(self) -> dict[str, Any]:
+        return {"placement": self.candidate.label(), "env_steps_per_s": round(self.env_steps_per_s, 2),
+                "updates_per_s": round(self.updates_per_s, 2), "bottleneck": self.bottleneck,
+                **{f"busy_{k}": round(v, 2) for k, v in self.usage.items()}}  # fmt: skip
+
+
+def _worker_step(costs: Costs, pipe: Pipeline, c: Candidate) -> tuple[float, float]:
+    """(wall, CPU) seconds of one vector step of a worker's ``E`` envs, the rollout server's
+    own time excluded."""
+    e = c.envs_per_worker
+    if costs.robot_hz:
+        env_wall, env_cpu = 1.0 / costs.robot_hz, costs.env_step.cpu_s(e)
+    else:
+        env_wall, env_cpu = costs.env_step.wall_s(e), costs.env_step.cpu_s(e)
+    h = max(1, pipe.horizon)
+    if c.rollout:  # a request per decision; the server's time is its own bottleneck
+        act_wall, act_cpu = costs.call_s / h, costs.call_s / h
+    else:
+        act = costs.act[c.act_device]
+        act_wall, act_cpu = act.wall_s(e) / h, act.cpu_s(e) / h
+    # rows go out in chunks of ``send_rows``; the send does not wait for the receiver
+    rows = e / h if pipe.chunk_rows or pipe.on_policy and h > 1 else e
+    send = costs.row.cpu_s(pipe.send_rows) / pipe.send_rows * rows
+    call = costs.call_s / pipe.rollout_steps
+    return env_wall + act_wall + send + call, env_cpu + act_cpu + send + call
+
+
+def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
+    if pipe.on_policy:
+        return _predict_rounds(costs, pipe, c)
+    e, w, h = c.envs_per_worker, c.workers, max(1, pipe.horizon)
+    step_wall, step_cpu = _worker_step(costs, pipe, c)
+    u = max(pipe.utd_ratio, 1e-9)
+    upd = costs.update[c.learner_device]
+    upd_wall, upd_cpu = upd.wall_s(pipe.batch_size), upd.cpu_s(pipe.batch_size)
+    if c.mode == "disaggregated":  # the batch comes from the replay actor, fetched while it updates
+        upd_wall = max(upd_wall, costs.sample_transfer.wall_s(pipe.batch_size))
+        upd_cpu += costs.sample_transfer.cpu_s(pipe.batch_size)
+    per_update = upd_wall + costs.publish_s / max(1, pipe.publish_every_updates)
+    rows_per_step = 1.0 / h if pipe.chunk_rows else 1.0
+    n = pipe.send_rows
+    store_wall = costs.store.wall_s(n) / n * rows_per_step  # per env step, where the buffer lives
+    store_cpu = costs.store.cpu_s(n) / n * rows_per_step
+    learner_store = store_wall if c.mode == "collocated" else 0.0
+    worker_cpu = step_cpu / e + store_cpu  # CPU seconds per env step, the learner's updates aside
+    limits = {"workers": w * e / step_wall}
+    serve_cpu = 0.0
+    if c.rollout:
+        act = costs.act[c.act_device]
+        batch = w * e  # the workers' requests arrive together in lockstep
+        limits["rollout server"] = batch * h / act.wall_s(batch)
+        serve_cpu = act.cpu_s(batch) / (batch * h) if c.act_device == "cpu" else 0.0
+    cores = costs.cores * CPU_EFFICIENCY
+    if pipe.paced:  # the workers wait for the learner: u updates per env step
+        limits["learner"] = 1.0 / (u * per_update + learner_store)
+        limits["cpu"] = cores / (worker_cpu + serve_cpu + u * upd_cpu)
+        neck = min(limits, key=limits.get)
+        rate = limits[neck]
+        updates = u * rate
+    else:  # both run free: the OS shares the cores among the busy processes
+        busy = w + 1 + (1 if c.rollout else 0) + (1 if c.mode == "disaggregated" else 0) * 0.5
+        share = min(1.0, cores / busy)
+        limits = {k: v * share for k, v in limits.items()}
+        neck = min(limits, key=limits.get)
+        rate = limits[neck]
+        room = max(1e-9, 1.0 - rate * learner_store)  # a collocated learner also stores the rows
+        updates = min(u * rate, room * share / per_update)
+        if updates < u * rate * 0.999:
+            neck = "learner"
+    # a robot steps at its own rate: held back only where paced workers would wait for the learner
+    holds = bool(costs.robot_hz) and pipe.paced and neck != "workers"
+    usage = {"learner": updates * per_update + rate * learner_store,
+             "cpu": (rate * (worker_cpu + serve_cpu) + updates * upd_cpu) / costs.cores}
+    if c.rollout:
+        usage["rollout"] = rate / limits["rollout server"]
+    return Prediction(c, rate, updates, "robot" if holds else neck, usage, holds, min(rate, updates / u))
+
+
+def _predict_rounds(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
+    """Synchronous on-policy: collection (all workers at once), then the update."""
+    e, w = c.envs_per_worker, c.workers
+    step_wall, step_cpu = _worker_step(costs, pipe, c)
+    busy = w * step_cpu / step_wall  # cores the workers would use at full speed
+    stretch = max(1.0, busy / (costs.cores * CPU_EFFICIENCY))  # more workers than cores: they share
+    collect = pipe.num_steps * step_wall * stretch
+    if c.rollout:
+        act = costs.act[c.act_device]
+        collect = max(collect, pipe.num_steps / max(1, pipe.horizon) * act.wall_s(w * e))
+    rows = pipe.num_steps * w * e
+    upd = costs.update[c.learner_device]
+    updates = max(1.0, pipe.update_batches * rows / 1000.0)
+    update = updates * upd.wall_s(pipe.batch_size) + costs.publish_s + costs.apply_s
+    rate = rows / (collect + update)
+    neck = "workers" if collect >= update else "learner"
+    usage = {"learner": update / (collect + update), "cpu": min(1.0, busy / costs.cores) * collect / (collect + update)}
+    return Prediction(c, rate, 1.0 / (collect + update), neck, usage, False, rate)
+
+
+def candidates(costs: Costs, pipe: Pipeline, *, max_envs: int = 16, served: bool = True) -> list[Candidate]:
+    """Every placement worth predicting on these resources: both modes; 1 to ``cores``
+    workers (a robot's workers: its count); 1 to ``max_envs`` envs per worker in powers of
+    two; the rollout server off, and on where there is more than one worker to batch
+    (``served``: the policy can be served); each device present for the learner and act."""
+    devices = ["cpu"] + (["cuda"] if costs.gpus > 0 else [])
+    learner_devices = [d for d in devices if d in costs.update] or ["cpu"]
+    act_devices = [d for d in devices if d in costs.act] or ["cpu"]
+    if pipe.robots:
+        worker_counts, env_counts = [pipe.robots], [1]
+    else:
+        worker_counts = list(range(1, max(1, costs.cores) + 1))
+        env_counts = [2**i for i in range(int(math.log2(max_envs)) + 1)]
+    out = []
+    for mode in MODES:
+        for w in worker_counts:
+            for e in env_counts:
+                for ld in learner_devices:
+                    for ad in act_devices:
+                        out.append(Candidate(mode, w, e, False, ld, ad))
+                        if served and w * e > 1:
+                            out.append(Candidate(mode, w, e, True, ld, ad))
+    return list(dict.fromkeys(out))
+
+
+def rank(costs: Costs, pipe: Pipeline, cands: list[Candidate] | None = None) -> list[Prediction]:
+    """Predictions best first: the most env steps/s at the algorithm's update-to-data ratio
+    (:attr:`Prediction.score`); never one that
+    holds a robot back while another does not; between near-equals (within 2%), the one
+    with fewer processes and envs (less to go wrong, less policy lag)."""
+    preds = [predict(costs, pipe, c) for c in (cands or candidates(costs, pipe))]
+    free = [p.score for p in preds if not p.holds_robot]
+    best = max(free or [p.score for p in preds])
+
+    def near(p: Prediction) -> bool:
+        return not p.holds_robot and p.score >= NEAR * best
+
+    def simpler(p: Prediction):
+        c = p.candidate
+        return (c.workers * c.envs_per_worker, c.rollout, c.mode != "collocated", -p.score)
+
+    head = sorted((p for p in preds if near(p)), key=simpler)
+    rest = sorted((p for p in preds if not near(p)), key=lambda p: (p.holds_robot, -p.score))
+    return head + rest

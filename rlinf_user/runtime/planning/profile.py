@@ -1,0 +1,314 @@
+"""A short profile of the roles' costs on this machine, for the cost model (:mod:`.model`).
+
+Each role's work is run for real, in this process and through Ray, for a few seconds:
+
+* ``env_step``: the run's own env, stepped by the policy's own (untrained) actions, as a
+  vector of 1, 2, 4, ... envs (a robot is never stepped here: its step is its control rate);
+* ``act``: the acting policy on batches of those observations, on each device present;
+* ``row`` and ``store``: real transitions as replay columns, through a Ray actor call (the
+  worker's serialisation and send; the receiver's deserialisation) and into a replay buffer;
+* ``update``: the algorithm's update on batches sampled from those rows, on each device;
+* ``call_s``: an actor call's fixed cost; ``publish_s`` / ``apply_s``: the policy's
+  weights serialised and loaded once.
+
+Wall and CPU seconds are both kept: a role's wall time bounds its own rate, the CPU time
+what it takes from the others. A step that fails names the role and its error
+(:class:`ProfileError`).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rlinf_user.env.spec import Col
+from rlinf_user.runtime.planning.model import Costs, Curve, Pipeline
+
+log = logging.getLogger(__name__)
+
+ENV_COUNTS = (1, 2, 4, 8)
+ACT_BATCHES = (1, 2, 4, 8, 16, 32)
+ROW_BATCHES = (1, 8, 64)
+
+
+class ProfileError(RuntimeError):
+    """A profile step failed: which role, and why."""
+
+
+def _timed(fn: Callable[[], Any], min_s: float, min_reps: int = 3, max_reps: int = 200) -> tuple[float, float]:
+    """(wall, CPU) seconds per call of ``fn``: after one untimed call, repeated until
+    ``min_s`` and ``min_reps``; the median of the wall times, CPU time averaged."""
+    fn()
+    walls, reps = [], 0
+    c0, t_end = time.process_time(), time.perf_counter() + min_s
+    while reps < min_reps or (time.perf_counter() < t_end and reps < max_reps):
+        t = time.perf_counter()
+        fn()
+        walls.append(time.perf_counter() - t)
+        reps += 1
+    return float(np.median(walls)), (time.process_time() - c0) / reps
+
+
+class Profiler:
+    """Measures one composed run config's roles; :meth:`run` returns (costs, pipeline)."""
+
+    def __init__(self, cfg, budget_s: float = 60.0, progress: Callable[[str, float], None] | None = None):
+        self.cfg = cfg
+        self.budget_s = float(budget_s)
+        self.progress = progress or (lambda what, share: None)
+        self.robot = str(cfg.env.get("kind", "sim")) == "robot"
+
+    def _step(self, role: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as err:  # any failure: the role and its error, not a traceback
+            raise ProfileError(f"profiling the {role} failed: {type(err).__name__}: {err}") from err
+
+    def run(self) -> tuple[Costs, Pipeline]:
+        import os
+
+        import torch
+
+        from rlinf_user.algorithms.base import ON_POLICY, build_algorithm
+        from rlinf_user.env.registry import make_vector_env
+        from rlinf_user.env.spec import EnvSpec
+
+        torch.set_num_threads(max(1, int(self.cfg.placement.torch_threads)))
+        share = self.budget_s / 6
+        gpus = torch.cuda.device_count()
+        costs = Costs(cores=os.cpu_count() or 1, gpus=gpus)
+        self.progress("env", 0.0)
+        envs = self._step("env", lambda: make_vector_env(self.cfg.env, 1, int(self.cfg.seed)))
+        spec = EnvSpec.of_env(envs)
+        algo = self._step("learner", lambda: build_algorithm(self.cfg.algo, self.cfg.policy, spec, "cpu"))
+        plan = algo.data_plan(self.cfg.algo)
+        policy = algo.acting_policy.eval()
+        on_policy = plan.data_mode == ON_POLICY
+        horizon = max(1, int(getattr(policy, "horizon", 1) or 1))
+        if self.robot:
+            envs.close()
+            costs.robot_hz = float(self.cfg.env.get("control_hz") or 10.0)
+            obs_rows = None
+        else:
+            costs.env_step, obs_rows = self._step("env", lambda: self._env_steps(envs, spec, policy, share))
+        self.progress("act", 1 / 6)
+        costs.act = self._step("policy (act)", lambda: self._acts(policy, obs_rows, spec, share, gpus))
+        self.progress("rows", 2 / 6)
+        rows = self._rows(obs_rows, spec, policy, plan) if obs_rows is not None else None
+        if rows is not None:
+            costs.row, costs.store, costs.sample_transfer, costs.call_s = self._step(
+                "replay (rows through Ray)", lambda: self._transport(rows, int(getattr(plan, "batch_size", 256))))
+        self.progress("update", 3 / 6)
+        if not on_policy and rows is not None:
+            costs.update = self._step("learner (update)", lambda: self._updates(algo, rows, spec, plan, share, gpus))
+        self.progress("weights", 5 / 6)
+        costs.publish_s, costs.apply_s = self._step("weights", lambda: self._weights(policy))
+        self.progress("done", 1.0)
+        pipe = Pipeline(
+            on_policy=on_policy, batch_size=int(getattr(plan, "batch_size", 256) or 256),
+            utd_ratio=float(getattr(plan, "utd_ratio", 1.0)), paced=bool(getattr(plan, "paced", False)),
+            horizon=horizon, chunk_rows=bool(getattr(plan, "chunk_rows", False)),
+            num_steps=int(getattr(plan, "num_steps", 0) or 0),
+            publish_every_updates=int(self.cfg.get("publish_every_updates", 50) or 50),
+            send_rows=int(self.cfg.buffer.get("chunk_steps", 50) or 50),
+            robots=(len(self.cfg.get("fleet") or []) or 1) if self.robot else 0,
+        )  # fmt: skip
+        return costs, pipe
+
+    # -- the roles ------------------------------------------------------------------------
+    def _env_steps(self, envs1, spec, policy, share: float):
+        """Vector steps of 1, 2, 4, ... envs, acted by the policy; the observations seen."""
+        from rlinf_user.env.registry import make_vector_env
+        from rlinf_user.env.spec import obs_to_torch
+        from rlinf_user.policies.frame_features import frame_feature_settings
+
+        settings = frame_feature_settings(self.cfg)
+        featurizer = None
+        if settings is not None:  # the worker computes the frozen encoder's maps on each step's frames
+            from rlinf_user.policies.frame_features import FrameFeaturizer
+
+            featurizer = FrameFeaturizer(settings)
+        seen_as = featurizer.observation if featurizer is not None else (lambda o: o)
+        curve, seen = Curve(), []
+        per = share / len(ENV_COUNTS)
+        for e in ENV_COUNTS:
+            envs = envs1 if e == 1 else make_vector_env(self.cfg.env, e, int(self.cfg.seed) + e)
+            try:
+                state = {"now": seen_as(envs.reset(seed=int(self.cfg.seed)))}
+                import torch
+
+                with torch.no_grad():
+                    act = policy.act(obs_to_torch(state["now"]), deterministic=False).actions.numpy()
+                contract = spec.expand_action(act[:, 0] if act.ndim == 3 else act)
+
+                def step(envs=envs, contract=contract, state=state):
+                    state["now"] = seen_as(envs.step(contract)[0])
+                    seen.append(state["now"])
+
+                curve.wall[e], curve.cpu[e] = _timed(step, per)
+            finally:
+                envs.close()
+            if curve.wall[e] * ENV_COUNTS[-1] / e > share:  # larger vectors would overrun the budget
+                break
+        return curve, seen
+
+    def _acts(self, policy, obs_rows, spec, share: float, gpus: int) -> dict[str, Curve]:
+        import torch
+
+        from rlinf_user.env.spec import batch_size, index_obs, obs_to_torch, stack_obs
+
+        if obs_rows:
+            singles = [index_obs(batch, i) for batch in obs_rows[:64] for i in range(batch_size(batch))]
+        else:  # a robot: zeros of the spec's shapes
+            singles = [_zero_obs(spec)]
+        out = {}
+        for device in ["cpu"] + (["cuda"] if gpus else []):
+            p = policy.to(device)
+            curve = Curve()
+            for b in ACT_BATCHES:
+                obs = obs_to_torch(stack_obs([singles[i % len(singles)] for i in range(b)]), device)
+
+                def act(p=p, obs=obs, device=device):
+                    with torch.no_grad():
+                        p.act(obs, deterministic=False)
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+
+                curve.wall[b], curve.cpu[b] = _timed(act, share / len(ACT_BATCHES) / (2 if gpus else 1))
+            out[device] = curve
+        policy.to("cpu")
+        return out
+
+    def _rows(self, obs_rows, spec, policy, plan) -> dict[str, np.ndarray]:
+        """Replay columns of the observed transitions (a policy's extras as zeros)."""
+        from rlinf_user.env.spec import batch_size, flat_obs, index_obs, stack_obs
+
+        singles = [index_obs(b, i) for b in obs_rows for i in range(batch_size(b))][:513]
+        obs, nxt = stack_obs(singles[:-1]), stack_obs(singles[1:])
+        n = len(obs[Col.STATE])
+        cols = {**flat_obs(Col.OBS, obs), **flat_obs(Col.NEXT_OBS, nxt)}
+        cols.update({Col.ACTION: np.zeros((n, spec.contract_action_dim), np.float32),
+                     Col.REWARD: np.zeros(n, np.float32), Col.TERMINATED: np.zeros(n, np.float32),
+                     Col.TRUNCATED: np.zeros(n, np.float32), Col.POLICY_VERSION: np.zeros(n, np.int64),
+                     Col.INTERVENTION: np.zeros(n, bool), Col.ENV_ID: np.zeros(n, np.int64),
+                     Col.STEP: np.arange(n, dtype=np.int64)})  # fmt: skip
+        for k in getattr(plan, "extras", ()) or ():
+            width = int(np.prod(getattr(policy, "noise_shape", (1,))))
+            cols[k] = np.zeros((n, width), np.float32)
+        return cols
+
+    def _transport(self, rows: dict[str, np.ndarray], batch: int):
+        """A worker's send and a buffer's store of B rows through a real actor call; a
+        batch's transfer from a replay actor; an empty call's cost."""
+        import ray
+
+        from rlinf_user.data.replay import ReplayBuffer
+        from rlinf_user.runtime.orchestration.placement import start_ray
+
+        started = start_ray({"address": "local", "num_cpus": 2, "include_dashboard": False})
+        try:
+            sink = _Sink.options(num_cpus=0).remote()
+            ray.get(sink.ping.remote())
+            n = len(rows[Col.REWARD])
+            pick = lambda b: {k: v[np.arange(b) % n] for k, v in rows.items()}  # noqa: E731
+            row, store, transfer = Curve(), Curve(), Curve()
+            buf = ReplayBuffer(max(4096, 8 * batch))
+            for b in ROW_BATCHES:
+                chunk = pick(b)
+                row.wall[b], row.cpu[b] = _timed(lambda chunk=chunk: ray.get(sink.add.remote(chunk)), 0.3)
+                store.wall[b], store.cpu[b] = _timed(lambda chunk=chunk: buf.add(chunk), 0.2)
+            ray.get(sink.fill.remote(pick(batch)))
+            transfer.wall[batch], transfer.cpu[batch] = _timed(lambda: ray.get(sink.batch.remote()), 0.3)
+            call_s, _ = _timed(lambda: ray.get(sink.ping.remote()), 0.2)
+            # the receiver's share: deserialising is about what serialising costs the sender
+            store = Curve({b: store.wall[b] + row.wall[b] / 2 for b in store.wall},
+                          {b: store.cpu[b] + row.cpu[b] / 2 for b in store.cpu})  # fmt: skip
+            return row, store, transfer, call_s
+        finally:
+            if started:
+                ray.shutdown()
+
+    def _updates(self, algo, rows, spec, plan, share: float, gpus: int) -> dict[str, Curve]:
+        from rlinf_user.data.replay import ReplayBuffer
+        from rlinf_user.runtime.learning.device_batches import replay_batch
+
+        batch = int(plan.batch_size)
+        buf = ReplayBuffer(max(2 * batch, len(rows[Col.REWARD])))
+        while buf.size < batch:
+            buf.add(rows)
+        rng = np.random.default_rng(0)
+        out = {}
+        for device in ["cpu"] + (["cuda"] if gpus else []):
+            algo.to(device) if hasattr(algo, "to") else None
+            curve = Curve()
+
+            def update(device=device):
+                algo.update(replay_batch(buf.sample(batch, rng), spec, device))
+
+            curve.wall[batch], curve.cpu[batch] = _timed(update, share * 2 / (2 if gpus else 1))
+            out[device] = curve
+        return out
+
+    def _weights(self, policy) -> tuple[float, float]:
+        import torch
+
+        state = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
+        buf = {}
+
+        def publish():
+            b = io.BytesIO()
+            torch.save(state, b)
+            buf["bytes"] = b.getvalue()
+
+        publish_s, _ = _timed(publish, 0.2, max_reps=20)
+        apply_s, _ = _timed(lambda: policy.load_state_dict(torch.load(io.BytesIO(buf["bytes"]), weights_only=True)),
+                            0.2, max_reps=20)  # fmt: skip
+        return publish_s, apply_s
+
+
+def _zero_obs(spec) -> dict[str, Any]:
+    """One observation of the spec's shapes, all zeros (a robot is not stepped to get one)."""
+    obs: dict[str, Any] = {Col.STATE: np.zeros(spec.state_dim, np.float32),
+                           Col.IMAGES: {k: np.zeros((*hw, 3), np.uint8) for k, hw in spec.cameras.items()}}  # fmt: skip
+    if spec.instruction:
+        obs[Col.INSTRUCTION] = "profile"
+    return obs
+
+
+def _sink_class():
+    import ray
+
+    @ray.remote
+    class Sink:
+        """The receiving end of the transport profile: takes chunks, serves a batch."""
+
+        def __init__(self):
+            self.rows = None
+
+        def ping(self) -> int:
+            return 0
+
+        def add(self, chunk: dict) -> int:
+            return len(chunk[Col.REWARD])
+
+        def fill(self, chunk: dict) -> int:
+            self.rows = chunk
+            return len(chunk[Col.REWARD])
+
+        def batch(self) -> dict:
+            return self.rows
+
+    return Sink
+
+
+class _LazySink:
+    def options(self, **kw):
+        return _sink_class().options(**kw)
+
+
+_Sink = _LazySink()

@@ -1,0 +1,56 @@
+"""``rlinf-user plan``: a real profile of the reach sim's roles (env, policy, Ray transport,
+learner updates) and the ranking it gives, as the user runs it."""
+
+import json
+import os
+import subprocess
+import sys
+
+from rlinf_user.runtime.planning.model import MODES
+
+CLI = [sys.executable, "-m", "rlinf_user.cli.main"]
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+
+
+def test_plan_profiles_the_roles_and_ranks_placements_best_first(tmp_path):
+    out = tmp_path / "plan.json"
+    r = subprocess.run([*CLI, "plan", "--sim", "reach", "--budget", "4", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300, env=ENV)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "placement=" in r.stderr and "chosen:" in r.stderr  # the choice as overrides
+    plan = json.loads(out.read_text())
+    c = plan["costs"]
+    assert c["cores"] >= 1 and c["env_step"]["wall"]["1"] > 0
+    assert c["act"]["cpu"]["wall"]["1"] > 0 and c["update"]["cpu"]["wall"]["256"] > 0
+    assert c["row"]["cpu"]["1"] > 0 and c["call_s"] > 0  # measured through a real Ray actor call
+    ranking = plan["ranking"]
+    assert len(ranking) > 4 and {row["bottleneck"] for row in ranking} <= {"workers", "learner", "cpu", "rollout server"}
+    assert ranking[0]["env_steps_per_s"] > 0
+    assert plan["chosen"]["mode"] in MODES and plan["chosen"]["num_env_workers"] >= 1
+
+
+def test_a_profile_step_that_fails_names_its_role():
+    # a policy the config accepts but the learner cannot build: one error line naming the role
+    r = subprocess.run([*CLI, "plan", "--sim", "reach", "--budget", "2", "policy.hidden=[0]"],
+                       capture_output=True, text=True, timeout=300, env=ENV)  # fmt: skip
+    assert r.returncode == 1, r.stderr[-2000:]
+    text = " ".join(r.stderr.split())
+    assert "error: profiling the learner failed: ZeroDivisionError" in text and "Traceback" not in text
+
+
+def test_train_with_placement_auto_runs_the_chosen_placement_and_keeps_it(tmp_path):
+    r = subprocess.run([*CLI, "train", "--sim", "reach", "placement=auto", "placement.profile_s=3", "total_env_steps=600",
+                        "eval_every_steps=100000", "eval_episodes=2", "test_episodes=0", f"run_root={tmp_path}",
+                        "run_name=auto", "progress=false"], capture_output=True, text=True, timeout=600, env=ENV)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "auto"
+    plan = json.loads((run / "plan.json").read_text())
+    from omegaconf import OmegaConf
+
+    kept = OmegaConf.load(run / "config.yaml").placement
+    assert kept.mode == plan["chosen"]["mode"] and kept.mode in MODES  # repeatable: the choice, not "auto"
+    assert kept.num_env_workers == plan["chosen"]["num_env_workers"]
+    assert kept.envs_per_worker == plan["chosen"]["envs_per_worker"]
+    summary = json.loads((run / "eval" / "summary.json").read_text())
+    assert summary["env_steps"] >= 600
+    assert "placement=auto chose" in " ".join(r.stderr.split())

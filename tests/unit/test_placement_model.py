@@ -1,0 +1,103 @@
+"""The placement cost model: bottlenecks, choices and their reasons, from given role costs."""
+
+import pytest
+
+from rlinf_user.runtime.planning.model import Candidate, Costs, Curve, Pipeline, candidates, predict, rank
+
+
+def flat(seconds: float, at=(1, 64)) -> Curve:
+    """A cost that does not grow with the batch (a batched forward pass on a wide device)."""
+    return Curve({b: seconds for b in at}, {b: seconds for b in at})
+
+
+def linear(per_item: float, at=(1, 64)) -> Curve:
+    return Curve({b: per_item * b for b in at}, {b: per_item * b for b in at})
+
+
+def costs(env=1e-3, act=1e-3, update=5e-3, cores=4, **kw) -> Costs:
+    return Costs(cores=cores, env_step=linear(env), act={"cpu": flat(act)}, row=linear(1e-6), store=linear(1e-6),
+                 update={"cpu": flat(update, at=(256,))}, sample_transfer=flat(1e-4, at=(256,)), call_s=1e-4, **kw)
+
+
+def test_a_curve_interpolates_between_measured_batches_and_extrapolates_past_them():
+    c = Curve({1: 1.0, 4: 4.0}, {1: 0.5, 4: 2.0})
+    assert c.wall_s(2) == pytest.approx(2.0) and c.cpu_s(2) == pytest.approx(1.0)
+    assert c.wall_s(8) == pytest.approx(8.0)  # the last segment's slope, carried on
+    assert Curve({256: 0.01}).wall_s(512) == pytest.approx(0.02)  # one point: proportional
+    assert Costs.from_dict(costs().to_dict()) == costs()
+
+
+def test_a_slow_learner_at_its_pace_sets_the_rate_and_the_simplest_placement_wins():
+    pipe = Pipeline(on_policy=False, batch_size=256, utd_ratio=1.0, paced=True)
+    best = rank(costs(update=0.02), pipe)[0]
+    assert best.bottleneck == "learner"
+    assert best.env_steps_per_s == pytest.approx(1 / 0.02, rel=0.03)  # 1 update per env step, 20 ms each
+    assert (best.candidate.workers, best.candidate.envs_per_worker, best.candidate.rollout) == (1, 1, False)
+    assert best.candidate.mode == "collocated"
+
+
+def test_slow_envs_and_a_fast_learner_get_more_workers_and_envs_until_the_cores_are_full():
+    pipe = Pipeline(on_policy=False, batch_size=256, utd_ratio=0.1, paced=True)
+    c = costs(env=0.01, act=2e-4, update=1e-3, cores=4)
+    one = predict(c, pipe, Candidate("collocated", 1, 1))
+    best = rank(c, pipe)[0]
+    assert one.bottleneck == "workers" and one.env_steps_per_s == pytest.approx(1 / 0.0103, rel=0.05)
+    assert best.env_steps_per_s > 3 * one.env_steps_per_s
+    assert best.bottleneck == "cpu"  # an env step's CPU time is what is left to spend
+    assert best.usage["cpu"] == pytest.approx(0.9, rel=0.02)
+
+
+def test_an_expensive_policy_that_batches_well_is_served_to_every_worker():
+    pipe = Pipeline(on_policy=False, batch_size=256, utd_ratio=0.05, paced=True)
+    c = costs(env=1e-3, act=0.05, update=1e-3, cores=4)  # 50 ms a forward pass, whatever the batch
+    best = rank(c, pipe)[0]
+    local = predict(c, pipe, Candidate("collocated", best.candidate.workers, best.candidate.envs_per_worker))
+    assert best.candidate.rollout
+    assert best.env_steps_per_s > 1.3 * local.env_steps_per_s
+    assert best.bottleneck == "rollout server"
+
+
+def test_a_learner_that_cannot_keep_up_with_free_running_workers_is_what_limits_learning():
+    pipe = Pipeline(on_policy=False, batch_size=256, utd_ratio=1.0, paced=False)
+    p = predict(costs(env=1e-4, act=1e-4, update=0.01, cores=8), pipe, Candidate("collocated", 2, 1))
+    assert p.bottleneck == "learner"
+    assert p.updates_per_s == pytest.approx(100, rel=0.05)  # flat out at 10 ms an update
+    assert p.env_steps_per_s > 5 * p.updates_per_s  # the workers do not wait
+    assert p.score == pytest.approx(p.updates_per_s)  # learning runs at the learner's pace
+
+
+def test_a_robot_steps_at_its_rate_and_a_placement_that_would_hold_it_back_is_never_chosen():
+    pipe = Pipeline(on_policy=False, batch_size=256, utd_ratio=1.0, paced=False, robots=1)
+    c = costs(update=0.2, robot_hz=10.0)
+    cands = candidates(c, pipe)
+    assert {(x.workers, x.envs_per_worker) for x in cands} == {(1, 1)}  # a robot's count is its own
+    p = predict(c, pipe, Candidate("collocated", 1, 1))
+    assert p.env_steps_per_s == pytest.approx(1 / (0.1 + 1e-3 + 1e-6 + 1e-6), rel=0.02)  # its control rate
+    assert p.updates_per_s == pytest.approx(5.0, rel=0.05) and p.holds_robot is False  # the robot does not wait
+    assert p.bottleneck == "learner"
+    paced = predict(c, Pipeline(on_policy=False, batch_size=256, utd_ratio=1.0, paced=True, robots=1), p.candidate)
+    assert paced.holds_robot and paced.bottleneck == "robot"  # pacing would make the robot wait: flagged
+
+
+def test_on_policy_rounds_add_collection_and_the_update():
+    pipe = Pipeline(on_policy=True, batch_size=256, num_steps=100, update_batches=10.0)
+    c = costs(env=1e-3, act=1e-3, update=0.01, cores=4)
+    p = predict(c, pipe, Candidate("collocated", 2, 4))
+    collect = 100 * (4e-3 + 1e-3 + 4 * 1e-6 + 1e-6)  # steps x (4 envs + act + rows + the call's share)
+    rows = 100 * 2 * 4
+    update = 10 * rows / 1000 * 0.01
+    assert p.env_steps_per_s == pytest.approx(rows / (collect + update), rel=0.05)
+    assert p.bottleneck == "workers"
+    crowded = predict(costs(env=1e-3, act=1e-3, update=0.01, cores=1), pipe, Candidate("collocated", 2, 4))
+    assert crowded.env_steps_per_s < 0.6 * p.env_steps_per_s  # two workers on one core take turns
+
+
+def test_candidates_cover_both_modes_the_server_and_each_device_present():
+    pipe = Pipeline(on_policy=False)
+    cpu_only = candidates(costs(cores=2), pipe, max_envs=4)
+    assert {c.mode for c in cpu_only} == {"collocated", "disaggregated"}
+    assert {c.workers for c in cpu_only} == {1, 2} and {c.envs_per_worker for c in cpu_only} == {1, 2, 4}
+    assert not any(c.rollout for c in cpu_only if c.workers * c.envs_per_worker == 1)  # nothing to batch
+    gpu = costs(cores=2, gpus=1)
+    gpu.act["cuda"], gpu.update["cuda"] = flat(1e-3), flat(1e-3, at=(256,))
+    assert {c.learner_device for c in candidates(gpu, pipe)} == {"cpu", "cuda"}
