@@ -3,8 +3,9 @@
 Per workload: ``rlinf-user plan``'s profile and ranking (the cost model's prediction for
 every candidate), then real training runs of the fixed placements a user would pick by hand
 and of the model's choice, one after the other on this machine, each for ``--seconds``.
-Measured: the median of the run's own ``runtime/env_steps_per_s`` and
-``runtime/updates_per_s`` once past ``--warmup`` seconds, and the rate that learning gets at
+Measured once past ``--warmup`` seconds: env steps/s over that window (the run's
+``runtime/*`` scalars are logged at their env step) and the mean of its
+``runtime/updates_per_s``, and the rate that learning gets at
 the algorithm's update-to-data ratio (the smaller of env steps/s and updates/s over that ratio).
 
     python benchmarks/bench_placement.py --workloads reach_sac pick_rlpd --seconds 45
@@ -68,12 +69,15 @@ def measure(sim: str, overrides: list[str], placement: list[str], seconds: float
     env = ea.Scalars("runtime/env_steps_per_s")
     upd = ea.Scalars("runtime/updates_per_s")
     t_first = env[0].wall_time if env else 0.0
-    steady = [(e.value, u.value) for e, u in zip(env, upd) if e.wall_time - t_first >= warmup]
+    steady = [(e, u) for e, u in zip(env, upd) if e.wall_time - t_first >= warmup]
     summary = json.loads((work / name / "eval" / "summary.json").read_text())
+    # env steps: the scalars' own step axis (env steps) over the window; a paced worker's
+    # 1-second rates are often 0 between its rollout calls, so no median of those
+    span = steady[-1][0].wall_time - steady[0][0].wall_time if len(steady) > 1 else 0.0
     return {
         "placement": placement,
-        "env_steps_per_s": round(statistics.median(v for v, _ in steady), 2) if steady else None,
-        "updates_per_s": round(statistics.median(u for _, u in steady), 2) if steady else None,
+        "env_steps_per_s": round((steady[-1][0].step - steady[0][0].step) / span, 2) if span > 0 else None,
+        "updates_per_s": round(statistics.fmean(u.value for _, u in steady), 2) if steady else None,
         "samples": len(steady), "run_wall_s": round(wall, 1), "env_steps": summary.get("env_steps"),
         "updates": summary.get("updates"),
     }  # fmt: skip

@@ -21,6 +21,7 @@ def test_plan_profiles_the_roles_and_ranks_placements_best_first(tmp_path):
     plan = json.loads(out.read_text())
     c = plan["costs"]
     assert c["cores"] >= 1 and c["env_step"]["wall"]["1"] > 0
+    assert c["worker"]["wall"]["1"] > c["env_step"]["wall"]["1"]  # the real worker: env, act, writer, sends
     assert c["act"]["cpu"]["wall"]["1"] > 0 and c["update"]["cpu"]["wall"]["256"] > 0
     assert c["row"]["cpu"]["1"] > 0 and c["call_s"] > 0  # measured through a real Ray actor call
     ranking = plan["ranking"]

@@ -17,7 +17,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\s*$")
 SHELL = ("bash", "sh", "shell")  # blocks of commands (a synopsis or YAML block is not one)
 # commands that compose the run's configuration (and validate it, as they do before starting)
-COMPOSED = {"train", "teleop", "hg-dagger"}
+COMPOSED = {"train", "teleop", "hg-dagger", "plan"}
 # values that name something the reader makes first (a dataset, a run, a trained classifier)
 READER_MADE = ("no such file", "does not exist", "not found", "no calibration at")
 

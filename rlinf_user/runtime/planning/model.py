@@ -79,6 +79,8 @@ class Costs:
     cores: int
     gpus: int = 0
     env_step: Curve = field(default_factory=Curve)  # one vector step of E envs, by E
+    # one step of the real env worker with its own policy (env, act, writer, sends), by E
+    worker: Curve = field(default_factory=Curve)
     act: dict[str, Curve] = field(default_factory=dict)  # the policy's act on B observations, by device
     row: Curve = field(default_factory=Curve)  # a worker's write and send of B rows (its side)
     store: Curve = field(default_factory=Curve)  # the buffer's side of storing B rows
@@ -96,6 +98,7 @@ class Costs:
     def from_dict(cls, d: dict) -> Costs:
         return cls(
             cores=int(d["cores"]), gpus=int(d.get("gpus", 0)), env_step=Curve.from_dict(d.get("env_step", {})),
+            worker=Curve.from_dict(d.get("worker", {})),
             act={k: Curve.from_dict(v) for k, v in d.get("act", {}).items()}, row=Curve.from_dict(d.get("row", {})),
             store=Curve.from_dict(d.get("store", {})),
             update={k: Curve.from_dict(v) for k, v in d.get("update", {}).items()},
@@ -164,11 +167,18 @@ def _worker_step(costs: Costs, pipe: Pipeline, c: Candidate) -> tuple[float, flo
     """(wall, CPU) seconds of one vector step of a worker's ``E`` envs, the rollout server's
     own time excluded."""
     e = c.envs_per_worker
+    h = max(1, pipe.horizon)
+    if costs.worker.wall and not costs.robot_hz:  # measured whole: the local act swapped for a request if served
+        wall, cpu = costs.worker.wall_s(e), costs.worker.cpu_s(e)
+        if c.rollout:
+            act = costs.act[c.act_device]
+            wall = max(wall - act.wall_s(e) / h, 0.0) + costs.call_s / h
+            cpu = max(cpu - act.cpu_s(e) / h, 0.0) + costs.call_s / h
+        return wall, cpu
     if costs.robot_hz:
         env_wall, env_cpu = 1.0 / costs.robot_hz, costs.env_step.cpu_s(e)
     else:
         env_wall, env_cpu = costs.env_step.wall_s(e), costs.env_step.cpu_s(e)
-    h = max(1, pipe.horizon)
     if c.rollout:  # a request per decision; the server's time is its own bottleneck
         act_wall, act_cpu = costs.call_s / h, costs.call_s / h
     else:

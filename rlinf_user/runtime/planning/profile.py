@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 ENV_COUNTS = (1, 2, 4, 8)
 ACT_BATCHES = (1, 2, 4, 8, 16, 32)
 ROW_BATCHES = (1, 8, 64)
+TRAIN_CALL_UPDATES = 50  # updates per train call of the streaming loop
+ROLLOUT_STEPS = 100  # env steps per rollout call of the streaming loop (runtime.orchestration.loops)
 
 
 class ProfileError(RuntimeError):
@@ -70,6 +72,18 @@ class Profiler:
             raise ProfileError(f"profiling the {role} failed: {type(err).__name__}: {err}") from err
 
     def run(self) -> tuple[Costs, Pipeline]:
+        import ray
+
+        from rlinf_user.runtime.orchestration.placement import start_ray
+
+        started = start_ray({"address": "local", "num_cpus": 2, "include_dashboard": False})
+        try:
+            return self._run()
+        finally:
+            if started:
+                ray.shutdown()
+
+    def _run(self) -> tuple[Costs, Pipeline]:
         import os
 
         import torch
@@ -79,7 +93,7 @@ class Profiler:
         from rlinf_user.env.spec import EnvSpec
 
         torch.set_num_threads(max(1, int(self.cfg.placement.torch_threads)))
-        share = self.budget_s / 6
+        share = self.budget_s / 7
         gpus = torch.cuda.device_count()
         costs = Costs(cores=os.cpu_count() or 1, gpus=gpus)
         self.progress("env", 0.0)
@@ -103,9 +117,14 @@ class Profiler:
         if rows is not None:
             costs.row, costs.store, costs.sample_transfer, costs.call_s = self._step(
                 "replay (rows through Ray)", lambda: self._transport(rows, int(getattr(plan, "batch_size", 256))))
+            self.progress("env worker", 2.5 / 6)
+            costs.worker = self._step("env worker", lambda: self._workers(share))
         self.progress("update", 3 / 6)
         if not on_policy and rows is not None:
-            costs.update = self._step("learner (update)", lambda: self._updates(algo, rows, spec, plan, share, gpus))
+            costs.update, ingest = self._step("learner (update)", lambda: self._updates(rows, spec, plan, share, gpus))
+            if ingest.wall:  # the learner's own add of a chunk, and the chunk's deserialisation
+                costs.store = Curve({b: v + costs.row.wall_s(b) / 2 for b, v in ingest.wall.items()},
+                                    {b: v + costs.row.cpu_s(b) / 2 for b, v in ingest.cpu.items()})  # fmt: skip
         self.progress("weights", 5 / 6)
         costs.publish_s, costs.apply_s = self._step("weights", lambda: self._weights(policy))
         self.progress("done", 1.0)
@@ -156,6 +175,38 @@ class Profiler:
             if curve.wall[e] * ENV_COUNTS[-1] / e > share:  # larger vectors would overrun the budget
                 break
         return curve, seen
+
+    def _workers(self, share: float) -> Curve:
+        """The real env worker (:class:`~rlinf_user.runtime.rollout.env_worker.EnvWorker`,
+        in this process, sending to an actor) stepping 1, 2, 4, ... envs: a whole vector
+        step, the writer and the sends included."""
+        import ray
+
+        from rlinf_user.runtime.rollout.env_worker import EnvWorker
+
+        curve = Curve()
+        per = share / len(ENV_COUNTS)
+        sink = _Sink.options(num_cpus=0).remote()
+        ray.get(sink.ping.remote())  # started: its start-up is not the worker's cost
+        for e in ENV_COUNTS:
+            worker = EnvWorker(self.cfg, worker_id=0, sink=sink, seed=int(self.cfg.seed), num_envs=e)
+            try:
+                t0 = time.perf_counter()
+                worker.rollout(10)
+                # calls as the training loop makes them (ROLLOUT_STEPS each), or shorter where slow
+                steps = int(min(ROLLOUT_STEPS, max(10, per / 3 / max(1e-6, (time.perf_counter() - t0) / 10))))
+                t0, c0 = time.perf_counter(), time.process_time()
+                n = 0
+                while n < 2 * steps or time.perf_counter() - t0 < per:
+                    worker.rollout(steps)
+                    n += steps
+                curve.wall[e] = (time.perf_counter() - t0) / n
+                curve.cpu[e] = (time.process_time() - c0) / n
+            finally:
+                worker.close()
+            if curve.wall[e] * ENV_COUNTS[-1] / e > share:  # larger vectors would overrun the budget
+                break
+        return curve
 
     def _acts(self, policy, obs_rows, spec, share: float, gpus: int) -> dict[str, Curve]:
         import torch
@@ -208,51 +259,60 @@ class Profiler:
         import ray
 
         from rlinf_user.data.replay import ReplayBuffer
-        from rlinf_user.runtime.orchestration.placement import start_ray
 
-        started = start_ray({"address": "local", "num_cpus": 2, "include_dashboard": False})
-        try:
-            sink = _Sink.options(num_cpus=0).remote()
-            ray.get(sink.ping.remote())
-            n = len(rows[Col.REWARD])
-            pick = lambda b: {k: v[np.arange(b) % n] for k, v in rows.items()}  # noqa: E731
-            row, store, transfer = Curve(), Curve(), Curve()
-            buf = ReplayBuffer(max(4096, 8 * batch))
-            for b in ROW_BATCHES:
-                chunk = pick(b)
-                row.wall[b], row.cpu[b] = _timed(lambda chunk=chunk: ray.get(sink.add.remote(chunk)), 0.3)
-                store.wall[b], store.cpu[b] = _timed(lambda chunk=chunk: buf.add(chunk), 0.2)
-            ray.get(sink.fill.remote(pick(batch)))
-            transfer.wall[batch], transfer.cpu[batch] = _timed(lambda: ray.get(sink.batch.remote()), 0.3)
-            call_s, _ = _timed(lambda: ray.get(sink.ping.remote()), 0.2)
-            # the receiver's share: deserialising is about what serialising costs the sender
-            store = Curve({b: store.wall[b] + row.wall[b] / 2 for b in store.wall},
-                          {b: store.cpu[b] + row.cpu[b] / 2 for b in store.cpu})  # fmt: skip
-            return row, store, transfer, call_s
-        finally:
-            if started:
-                ray.shutdown()
+        sink = _Sink.options(num_cpus=0).remote()
+        ray.get(sink.ping.remote())
+        n = len(rows[Col.REWARD])
+        pick = lambda b: {k: v[np.arange(b) % n] for k, v in rows.items()}  # noqa: E731
+        row, store, transfer = Curve(), Curve(), Curve()
+        buf = ReplayBuffer(max(4096, 8 * batch))
+        for b in ROW_BATCHES:
+            chunk = pick(b)
+            row.wall[b], row.cpu[b] = _timed(lambda chunk=chunk: ray.get(sink.add.remote(chunk)), 0.3)
+            store.wall[b], store.cpu[b] = _timed(lambda chunk=chunk: buf.add(chunk), 0.2)
+        ray.get(sink.fill.remote(pick(batch)))
+        transfer.wall[batch], transfer.cpu[batch] = _timed(lambda: ray.get(sink.batch.remote()), 0.3)
+        call_s, _ = _timed(lambda: ray.get(sink.ping.remote()), 0.2)
+        # the receiver's share: deserialising is about what serialising costs the sender
+        store = Curve({b: store.wall[b] + row.wall[b] / 2 for b in store.wall},
+                      {b: store.cpu[b] + row.cpu[b] / 2 for b in store.cpu})  # fmt: skip
+        return row, store, transfer, call_s
 
-    def _updates(self, algo, rows, spec, plan, share: float, gpus: int) -> dict[str, Curve]:
-        from rlinf_user.data.replay import ReplayBuffer
-        from rlinf_user.runtime.learning.device_batches import replay_batch
+    def _updates(self, rows, spec, plan, share: float, gpus: int) -> tuple[dict[str, Curve], Curve]:
+        """The real learner (:class:`~rlinf_user.runtime.learning.learner.Learner`, in this
+        process, its buffer inside it, the run's demonstrations loaded): its ``train`` calls
+        as the training loop makes them, sampling included, per update; and its ``add`` of a
+        worker's chunk (what a collocated learner spends on every row)."""
+        import tempfile
+
+        from omegaconf import OmegaConf
+
+        from rlinf_user.runtime.learning.learner import Learner
 
         batch = int(plan.batch_size)
-        buf = ReplayBuffer(max(2 * batch, len(rows[Col.REWARD])))
-        while buf.size < batch:
-            buf.add(rows)
-        rng = np.random.default_rng(0)
-        out = {}
+        n = len(rows[Col.REWARD])
+        send = int(self.cfg.buffer.get("chunk_steps", 50) or 50)
+        chunk = {k: v[np.arange(send) % n] for k, v in rows.items()}
+        out, ingest = {}, Curve()
         for device in ["cpu"] + (["cuda"] if gpus else []):
-            algo.to(device) if hasattr(algo, "to") else None
-            curve = Curve()
-
-            def update(device=device):
-                algo.update(replay_batch(buf.sample(batch, rng), spec, device))
-
-            curve.wall[batch], curve.cpu[batch] = _timed(update, share * 2 / (2 if gpus else 1))
+            cfg = OmegaConf.merge(self.cfg, {"placement": {"learner_device": device}, "buffer": {"persist": False},
+                                             "publish_every_updates": 10**9})  # fmt: skip
+            with tempfile.TemporaryDirectory() as run_dir:
+                learner = Learner(cfg, spec, run_dir)
+                try:
+                    while learner._buffer_size() < max(batch, 2 * send):
+                        learner.add(chunk)
+                    if device == "cpu":
+                        ingest.wall[send], ingest.cpu[send] = _timed(lambda lr=learner: lr.add(chunk), 0.2, max_reps=50)
+                    learner.train(2, 10**9)
+                    t0, c0, done = time.perf_counter(), time.process_time(), 0
+                    while done < 4 or time.perf_counter() - t0 < share * 2 / (2 if gpus else 1):
+                        done += int(learner.train(TRAIN_CALL_UPDATES // 5, 10**9)["updates"])
+                    curve = Curve({batch: (time.perf_counter() - t0) / done}, {batch: (time.process_time() - c0) / done})
+                finally:
+                    learner.close()
             out[device] = curve
-        return out
+        return out, ingest
 
     def _weights(self, policy) -> tuple[float, float]:
         import torch
@@ -293,7 +353,7 @@ def _sink_class():
         def ping(self) -> int:
             return 0
 
-        def add(self, chunk: dict) -> int:
+        def add(self, chunk: dict, sender=None, seq: int = 0, base: int = 0) -> int:
             return len(chunk[Col.REWARD])
 
         def fill(self, chunk: dict) -> int:
