@@ -126,6 +126,16 @@ def test_placements():
     assert robot.env_worker.actor_options()["resources"] == {"franka": 1}
 
 
+def test_placement_auto_is_checked_and_refused_where_it_cannot_plan():
+    validate(compose_config(["placement=auto"], sim="reach"))
+    with pytest.raises(ConfigError, match="placement=auto plans the roles on this one machine; placement.ray_address"):
+        validate(compose_config(["placement=auto", "placement.ray_address=10.0.0.2:6379"], sim="reach"))
+    with pytest.raises(ConfigError, match="collocated, disaggregated or auto"):
+        validate(compose_config(["placement.mode=fastest"], sim="reach"))
+    with pytest.raises(ValueError, match="chosen when `rlinf-user train` starts"):
+        make_plan(compose_config(["placement=auto"], sim="reach").placement, gpu_available=False)
+
+
 def test_rollout_server_placement():
     off = make_plan(compose_config([]).placement, gpu_available=True)
     assert off.rollout is None
