@@ -88,6 +88,10 @@ def test_on_policy_rounds_add_collection_and_the_update():
     update = 10 * rows / 1000 * 0.01
     assert p.env_steps_per_s == pytest.approx(rows / (collect + update), rel=0.05)
     assert p.bottleneck == "workers"
+    unprofiled = costs(env=1e-3, act=1e-3, cores=4)
+    unprofiled.update = {}  # on-policy updates are not profiled yet: collection alone, no error
+    alone = predict(unprofiled, pipe, Candidate("collocated", 2, 4))
+    assert alone.env_steps_per_s == pytest.approx(rows / collect, rel=0.05)
     crowded = predict(costs(env=1e-3, act=1e-3, update=0.01, cores=1), pipe, Candidate("collocated", 2, 4))
     assert crowded.env_steps_per_s < 0.6 * p.env_steps_per_s  # two workers on one core take turns
 

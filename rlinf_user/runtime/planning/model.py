@@ -224,7 +224,7 @@ def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
         rate = limits[neck]
         updates = u * rate
     else:  # both run free: the OS shares the cores among the busy processes
-        busy = w + 1 + (1 if c.rollout else 0) + (1 if c.mode == "disaggregated" else 0) * 0.5
+        busy = w + 1 + (1 if c.rollout else 0) + (0.5 if c.mode == "disaggregated" else 0.0)
         share = min(1.0, cores / busy)
         limits = {k: v * share for k, v in limits.items()}
         neck = min(limits, key=limits.get)
@@ -253,9 +253,9 @@ def _predict_rounds(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
         act = costs.act[c.act_device]
         collect = max(collect, pipe.num_steps / max(1, pipe.horizon) * act.wall_s(w * e))
     rows = pipe.num_steps * w * e
-    upd = costs.update[c.learner_device]
+    upd = costs.update.get(c.learner_device)  # not profiled yet for on-policy updates: collection alone
     updates = max(1.0, pipe.update_batches * rows / 1000.0)
-    update = updates * upd.wall_s(pipe.batch_size) + costs.publish_s + costs.apply_s
+    update = (updates * upd.wall_s(pipe.batch_size) if upd is not None else 0.0) + costs.publish_s + costs.apply_s
     rate = rows / (collect + update)
     neck = "workers" if collect >= update else "learner"
     usage = {"learner": update / (collect + update), "cpu": min(1.0, busy / costs.cores) * collect / (collect + update)}

@@ -186,7 +186,7 @@ class Profiler:
 
         curve = Curve()
         per = share / len(ENV_COUNTS)
-        sink = _Sink.options(num_cpus=0).remote()
+        sink = _sink_class().options(num_cpus=0).remote()
         ray.get(sink.ping.remote())  # started: its start-up is not the worker's cost
         for e in ENV_COUNTS:
             worker = EnvWorker(self.cfg, worker_id=0, sink=sink, seed=int(self.cfg.seed), num_envs=e)
@@ -260,7 +260,7 @@ class Profiler:
 
         from rlinf_user.data.replay import ReplayBuffer
 
-        sink = _Sink.options(num_cpus=0).remote()
+        sink = _sink_class().options(num_cpus=0).remote()
         ray.get(sink.ping.remote())
         n = len(rows[Col.REWARD])
         pick = lambda b: {k: v[np.arange(b) % n] for k, v in rows.items()}  # noqa: E731
@@ -364,11 +364,3 @@ def _sink_class():
             return self.rows
 
     return Sink
-
-
-class _LazySink:
-    def options(self, **kw):
-        return _sink_class().options(**kw)
-
-
-_Sink = _LazySink()
