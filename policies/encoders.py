@@ -19,8 +19,8 @@ class EncoderConfig:
     """The observation encoder's keys, for every policy built on :func:`build_encoder`."""
 
     # mlp | cnn | efficientnet | resnet10 (a pretrained backbone per camera + learned spatial
-    # embeddings, frozen unless encoder_finetune; resnet10 from vision_weights); None: the
-    # policy's own name (mlp, cnn)
+    # embeddings, frozen unless encoder_finetune; resnet10 from vision_weights) | base (algo=dsrl:
+    # the steered VLA's own embedding); None: the policy's own name (mlp, cnn)
     encoder: str | None = None
     encoder_finetune: bool = False
     # a frozen pretrained encoder's maps computed where the frames are produced (env worker,
@@ -140,6 +140,29 @@ class ConvEncoder(nn.Module):
         return torch.cat(feats, dim=-1)
 
 
+class EmbeddingEncoder(nn.Module):
+    """The (normalised) state and a frozen base policy's embedding of the observation
+    (``obs["embedding"]``, :meth:`~rlinf_user.policies.flow_vla.FlowVLAPolicy.embed`),
+    layer-normalised without learned scale: ``algo=dsrl``'s noise actor and critics
+    reading what the VLA they steer already understood of the images and the instruction
+    (``algo.noise_encoder.encoder=base``)."""
+
+    def __init__(self, state_dim: int, embedding_dim: int):
+        super().__init__()
+        self.norm = StateNormalizer(state_dim)
+        self.embedding_dim = int(embedding_dim)
+        self.out_dim = state_dim + self.embedding_dim
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        emb = obs.get(Col.EMBEDDING)
+        if emb is None:
+            raise ValueError("encoder=base reads the base policy's embedding (obs['embedding']), and the batch carries none")
+        if emb.shape[-1] != self.embedding_dim:
+            raise ValueError(f"encoder=base: an embedding of width {emb.shape[-1]}, the encoder was built for {self.embedding_dim}")
+        emb = nn.functional.layer_norm(emb.float(), (self.embedding_dim,))
+        return torch.cat([self.norm(obs[Col.STATE]), emb], dim=-1)
+
+
 def trunk_autocast(enabled: bool, x: torch.Tensor):
     """bfloat16 autocast for an image trunk on a CUDA tensor (``policy.image_autocast``);
     a no-op on a CPU, so a policy trained so acts the same way in float32 there."""
@@ -167,6 +190,14 @@ def conv_encoder(policy_cfg, spec) -> nn.Module:
                        autocast=bool(_get(policy_cfg)("image_autocast", False)))  # fmt: skip
 
 
+def embedding_encoder(policy_cfg, spec) -> nn.Module:
+    dim = _get(policy_cfg)("embedding_dim")
+    if not dim:
+        raise ValueError("encoder=base reads a frozen base policy's embedding: only algo=dsrl's noise actor "
+                         "(algo.noise_encoder.encoder=base) over pi0 or lite_vla has one")  # fmt: skip
+    return EmbeddingEncoder(spec.state_dim, int(dim))
+
+
 def pretrained_encoder(policy_cfg, spec) -> nn.Module:
     from rlinf_user.policies.image_encoders import PretrainedImageEncoder
 
@@ -184,6 +215,7 @@ ENCODERS = Registry("encoder", {
     "cnn": "rlinf_user.policies.encoders:conv_encoder",
     "efficientnet": "rlinf_user.policies.encoders:pretrained_encoder",
     "resnet10": "rlinf_user.policies.encoders:pretrained_encoder",
+    "base": "rlinf_user.policies.encoders:embedding_encoder",
 }, entry_points="rlinf_user.encoders")  # fmt: skip
 
 

@@ -205,16 +205,30 @@ class FlowVLAPolicy(Policy):
         return (int(self.model.cfg.horizon), int(self.spec.action_dim))
 
     @torch.no_grad()
-    def act_from_noise(self, obs: dict[str, Any], noise: torch.Tensor) -> torch.Tensor:
+    def act_from_noise(self, obs: dict[str, Any], noise: torch.Tensor, prefix=None) -> torch.Tensor:
         """The deterministic flow (no Flow-Noise steps) from the given initial noise: the env's
-        dims (``noise_shape``), or the model's full width."""
-        cache, pad, state = self.prefix(obs)
+        dims (``noise_shape``), or the model's full width. ``prefix``: this batch's
+        :meth:`prefix`, where the caller has it already (:meth:`embed` took it)."""
+        cache, pad, state = prefix if prefix is not None else self.prefix(obs)
         width = int(self.model.cfg.action_dim)
         if noise.shape[-1] != width:
             full = noise.new_zeros(*noise.shape[:-1], width)
             full[..., : noise.shape[-1]] = noise
             noise = full
         return self.env_actions(self.model.denoise(cache, pad, state, noise.to(state.dtype))[-1])
+
+    @property
+    def embedding_dim(self) -> int:
+        """Width of :meth:`embed`: the action expert's."""
+        return int(self.model.state_proj.out_features)
+
+    @torch.no_grad()
+    def embed(self, obs: dict[str, Any], prefix=None) -> torch.Tensor:
+        """What the frozen model makes of an observation (B, width): the expert's output at the
+        state token, after the images, the instruction and the state (the value head's input).
+        ``algo=dsrl``'s noise actor reads it (``algo.noise_encoder.encoder=base``)."""
+        cache, pad, state = prefix if prefix is not None else self.prefix(obs)
+        return self.model.state_features(cache, pad, state).float()
 
     # -- training -------------------------------------------------------------------------
     def log_prob(self, obs: dict[str, Any], sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

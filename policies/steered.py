@@ -27,13 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from rlinf_user.env.spec import Col, EnvSpec
+from rlinf_user.env.spec import Col, EnvSpec, index_obs, nest_columns, obs_to_torch
 from rlinf_user.policies.actor_critic import TanhGaussianActor
 from rlinf_user.policies.base import Policy, PolicyOutput, build_policy, policy_state_of
-from rlinf_user.policies.encoders import EncoderConfig, build_encoder
+from rlinf_user.policies.encoders import EmbeddingEncoder, EncoderConfig, build_encoder
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,11 @@ class SteeredPolicy(Policy):
                                  f"{' '.join(str(err).split())[:300]}") from err  # fmt: skip
         enc_cfg = OmegaConf.to_container(policy_cfg, resolve=True) if OmegaConf.is_config(policy_cfg) else dict(policy_cfg)
         enc_cfg["encoder"] = enc_cfg.get("encoder") or ("cnn" if spec.cameras else "mlp")
+        if enc_cfg["encoder"] == "base":
+            if not hasattr(base, "embed"):
+                raise ValueError(f"algo.noise_encoder.encoder=base reads the base's embedding of the observation; "
+                                 f"policy={base_cfg.name} has none (pi0 and lite_vla do)")  # fmt: skip
+            enc_cfg["embedding_dim"] = int(base.embedding_dim)
         encoder = build_encoder(OmegaConf.create({k: v for k, v in enc_cfg.items() if k != "base"}), spec)
         return cls(spec, base, encoder, list(policy_cfg.hidden), float(policy_cfg.noise_max),
                    float(policy_cfg.log_std_min), float(policy_cfg.log_std_max))  # fmt: skip
@@ -142,17 +148,98 @@ class SteeredPolicy(Policy):
     def log_prob_features(self, feats: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return self.actor.log_prob_of(feats, u)
 
+    @property
+    def reads_embedding(self) -> bool:
+        """The noise actor reads the base's embedding (``encoder=base``): rows carry it."""
+        return isinstance(getattr(self.encoder, "inner", self.encoder), EmbeddingEncoder)
+
     @torch.no_grad()
-    def actions_for(self, obs: dict[str, Any], u: torch.Tensor) -> torch.Tensor:
+    def actions_for(self, obs: dict[str, Any], u: torch.Tensor, prefix=None) -> torch.Tensor:
         """What the base does from the unit-box noise ``u`` ``(B, H x A)``: ``(B, H, action_dim)``."""
         noise = (self.noise_max * u).view(u.shape[0], *self.noise_shape)
+        if prefix is not None:
+            return self.base.act_from_noise(obs, noise, prefix=prefix)
         return self.base.act_from_noise(obs, noise)
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
+        prefix, extras = None, {}
+        if self.reads_embedding:  # one pass of the VLM serves the embedding and the denoising
+            if Col.EMBEDDING not in obs:
+                prefix = self.base.prefix(obs)
+                obs = {**obs, Col.EMBEDDING: self.base.embed(obs, prefix)}
+            extras[EMBEDDING_COLUMN] = obs[Col.EMBEDDING]  # the row's obs/embedding
         feats = self.encoder(obs)
         if deterministic:
             u = torch.tanh(self.actor(feats)[0])
-            return PolicyOutput(self.actions_for(obs, u), {Col.NOISE: u})
+            return PolicyOutput(self.actions_for(obs, u, prefix), {Col.NOISE: u, **extras})
         u, log_prob = self.actor.sample(feats)
-        return PolicyOutput(self.actions_for(obs, u), {Col.NOISE: u, Col.LOG_PROB: log_prob})
+        return PolicyOutput(self.actions_for(obs, u, prefix), {Col.NOISE: u, Col.LOG_PROB: log_prob, **extras})
+
+    def row_embedder(self) -> RowEmbedder | None:
+        """What adds the base's embedding to the rows where they are stored (None: the
+        noise actor does not read it)."""
+        return RowEmbedder(self.base) if self.reads_embedding else None
+
+
+EMBEDDING_COLUMN = f"{Col.OBS}/{Col.EMBEDDING}"
+
+
+class RowEmbedder:
+    """Adds ``obs/embedding`` and ``next_obs/embedding`` to transition columns that lack
+    them: the frozen base's :meth:`embed` of each row's observations, computed once, where
+    the rows are stored (the learner's replay, demonstrations as they load), in batches
+    of ``batch``. The acting policy sends ``obs/embedding`` with each row (it computed it to
+    act); a row's ``next_obs`` is, unless its episode ended, the observation of the same
+    env's next row, whose embedding is copied where the states match; the rest are
+    computed. An update never runs the VLM: 128 rows of lite_vla take 2.1 s on one core."""
+
+    def __init__(self, base: Policy, batch: int = 64):
+        self.base = base
+        self.batch = int(batch)
+        self.computed = 0  # observations embedded here (copied ones not counted)
+
+    @classmethod
+    def from_config(cls, policy_cfg, spec: EnvSpec | dict) -> RowEmbedder | None:
+        """A replay process's own: the steered policy built from its config (the base loaded
+        from its checkpoint); None where its noise actor does not read the embedding."""
+        spec = spec if isinstance(spec, EnvSpec) else EnvSpec.from_dict(spec)
+        return SteeredPolicy.from_config(OmegaConf.create(policy_cfg), spec).row_embedder()
+
+    def __call__(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = dict(cols)
+        for prefix in (Col.OBS, Col.NEXT_OBS):
+            key = f"{prefix}/{Col.EMBEDDING}"
+            if key not in out and Col.state(prefix) in out:
+                out[key] = self._embed_rows(out, prefix)
+        return out
+
+    def _embed_rows(self, cols: dict[str, np.ndarray], prefix: str) -> np.ndarray:
+        n = len(cols[Col.state(prefix)])
+        emb = np.zeros((n, int(self.base.embedding_dim)), np.float32)
+        todo = np.ones(n, bool)
+        if prefix == Col.NEXT_OBS and f"{Col.OBS}/{Col.EMBEDDING}" in cols:
+            self._copy_successors(cols, emb, todo)
+        rows = np.flatnonzero(todo)
+        if len(rows):
+            obs = nest_columns({k: v for k, v in cols.items() if k.startswith(prefix + "/")})[prefix]
+            dev = next(self.base.parameters()).device
+            for i in range(0, len(rows), self.batch):
+                idx = rows[i : i + self.batch]
+                emb[idx] = self.base.embed(obs_to_torch(index_obs(obs, idx), dev)).cpu().numpy()
+            self.computed += len(rows)
+        return emb
+
+    @staticmethod
+    def _copy_successors(cols: dict[str, np.ndarray], emb: np.ndarray, todo: np.ndarray) -> None:
+        """``next_obs`` embeddings copied from the rows that start there (same env, next step)."""
+        if Col.ENV_ID not in cols or Col.STEP not in cols:
+            return
+        ended = (cols[Col.TERMINATED] > 0) | (cols.get(Col.TRUNCATED, np.zeros_like(cols[Col.TERMINATED])) > 0)
+        starts = {(int(e), int(t)): j for j, (e, t) in enumerate(zip(cols[Col.ENV_ID], cols[Col.STEP]))}
+        states, nexts = cols[Col.state(Col.OBS)], cols[Col.state(Col.NEXT_OBS)]
+        for j, (e, t) in enumerate(zip(cols[Col.ENV_ID], cols[Col.STEP])):
+            k = starts.get((int(e), int(t) + 1))
+            if k is not None and not ended[j] and np.array_equal(states[k], nexts[j]):
+                emb[j] = cols[f"{Col.OBS}/{Col.EMBEDDING}"][k]
+                todo[j] = False

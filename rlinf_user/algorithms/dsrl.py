@@ -71,6 +71,16 @@ log = logging.getLogger(__name__)
 STEERABLE = ("flow", "pi0", "lite_vla", "openpi_remote")
 
 
+# the bases whose embedding the noise actor can read (algo.noise_encoder.encoder=base)
+EMBEDDED = ("pi0", "lite_vla")
+
+
+def reads_embedding(algo_cfg) -> bool:
+    """The noise actor reads the base's embedding: rows carry ``obs/`` and ``next_obs/embedding``."""
+    enc = getattr(algo_cfg, "noise_encoder", None)
+    return enc is not None and str(enc.get("encoder") if hasattr(enc, "get") else enc.encoder) == "base"
+
+
 @dataclass
 class DSRLConfig(SACConfig):
     """SAC over the input noise of a frozen flow policy (DSRL)."""
@@ -81,7 +91,9 @@ class DSRLConfig(SACConfig):
     noise_hidden: list[int] = field(default_factory=lambda: [256, 256])  # the noise actor's and critics' width
     # the noise actor's (and its critics') observation encoder: a cnn on an env with cameras
     # unless set (algo.noise_encoder.encoder_channels=[16,16], ...). It is its own: the
-    # base's encoder is frozen with the base
+    # base's encoder is frozen with the base. encoder=base (pi0, lite_vla): the state and the
+    # frozen base's own embedding of the observation (images and instruction through its VLM),
+    # computed once per row: by the acting policy, and where rows are stored for next_obs
     noise_encoder: EncoderConfig = field(default_factory=EncoderConfig)
     learning_starts: int = 0
     gamma: float = 0.95
@@ -119,7 +131,8 @@ class DSRL(SAC):
         return ReplayPlan(
             batch_size=int(algo_cfg.batch_size), utd_ratio=float(algo_cfg.utd_ratio), learning_starts=0,
             demo_ratio=demo_ratio,
-            n_step=int(algo_cfg.n_step), gamma=float(algo_cfg.gamma), paced=bool(algo_cfg.paced), extras=(Col.NOISE,),
+            n_step=int(algo_cfg.n_step), gamma=float(algo_cfg.gamma), paced=bool(algo_cfg.paced),
+            extras=(Col.NOISE, f"{Col.OBS}/{Col.EMBEDDING}") if reads_embedding(algo_cfg) else (Col.NOISE,),
             chunk_rows=True,
         )  # fmt: skip
 
@@ -148,6 +161,9 @@ class DSRL(SAC):
         if na and name == "openpi_remote":
             out.append("algo.action_critic=true runs the base policy in the learner (two passes an update): a served "
                        "policy (openpi_remote) cannot; set algo.action_critic=false")  # fmt: skip
+        if reads_embedding(algo_cfg) and name not in EMBEDDED:
+            out.append(f"algo.noise_encoder.encoder=base reads the base's own embedding of the observation: policy= "
+                       f"one of {', '.join(EMBEDDED)} (policy={name}; a served or small flow policy has none)")  # fmt: skip
         if str(algo_cfg.get("actor_loss", "reparam")) != "reparam":
             out.append("algo=dsrl trains its noise actor with SAC's reparameterised loss (algo.actor_loss=reparam)")
         if not float(algo_cfg.noise_max) > 0:

@@ -228,6 +228,13 @@ def validate(cfg: DictConfig) -> None:
                               "over a cluster, which it does not plan yet: choose placement=hybrid or cluster there")  # fmt: skip
     if cfg.placement.num_env_workers < 1 or cfg.placement.envs_per_worker < 1:
         raise ConfigError("placement.num_env_workers and placement.envs_per_worker must be >= 1")
+    most = int(cfg.placement.get("max_env_workers", 0) or 0)
+    if most and most < int(cfg.placement.num_env_workers):
+        raise ConfigError(f"placement.max_env_workers={most}: at least placement.num_env_workers "
+                          f"({cfg.placement.num_env_workers}), or 0 for a fixed number")  # fmt: skip
+    if most and cfg.get("fleet"):
+        raise ConfigError("placement.max_env_workers adds workers of the run's env; a fleet's members are placed by "
+                          "their robots' resources (a member's workers start when a node offering them joins)")  # fmt: skip
     if int(cfg.get("keep_checkpoints", 3)) < 0:
         raise ConfigError("keep_checkpoints must be >= 0 (0 keeps every checkpoint)")
     if cfg.total_env_steps <= 0:

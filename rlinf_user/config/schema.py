@@ -98,6 +98,9 @@ class PlacementConfig:
     # (`ray start --resources='{"gpu_box": 1}'`); a role with `group: gpu_box` lands there.
     groups: dict[str, Any] = field(default_factory=dict)
     num_env_workers: int = 1
+    # elastic: above num_env_workers, env workers are added while the cluster has free CPUs
+    # for them (a node joined), up to this many; one whose node leaves is retired. 0: fixed
+    max_env_workers: int = 0
     envs_per_worker: int = 1
     learner: RoleResources = field(default_factory=RoleResources)
     env_worker: RoleResources = field(default_factory=RoleResources)

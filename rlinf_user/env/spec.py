@@ -35,6 +35,10 @@ class Col:
     # per camera, a frozen encoder's feature map computed where the frame was produced
     # (policy.frame_features): float16 (C, h, w); rows that carry it carry no frames
     FEATURES = "features"
+    # a frozen base policy's embedding of the observation (algo=dsrl with
+    # algo.noise_encoder.encoder=base): the acting policy's extra for ``obs/``, computed
+    # where rows are stored for ``next_obs/``; float32 (D,)
+    EMBEDDING = "embedding"
     INSTRUCTION = "instruction"
     ACTION = "action"
     REWARD = "reward"
@@ -174,6 +178,8 @@ def index_obs(obs: Mapping[str, Any], i) -> dict[str, Any]:
         out["timestamps"] = {k: v[i] for k, v in obs["timestamps"].items()}
     if Col.FEATURES in obs:
         out[Col.FEATURES] = {k: v[i] for k, v in obs[Col.FEATURES].items()}
+    if Col.EMBEDDING in obs:
+        out[Col.EMBEDDING] = obs[Col.EMBEDDING][i]
     if Col.INSTRUCTION in obs:
         out[Col.INSTRUCTION] = obs[Col.INSTRUCTION][i]
     return out
@@ -218,6 +224,8 @@ def flat_obs(prefix: str, obs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         out[Col.image(prefix, k)] = np.asarray(v)
     for k, v in obs.get(Col.FEATURES, {}).items():
         out[Col.feature(prefix, k)] = np.asarray(v)
+    if Col.EMBEDDING in obs:
+        out[f"{prefix}/{Col.EMBEDDING}"] = np.asarray(obs[Col.EMBEDDING])
     if Col.INSTRUCTION in obs:
         out[Col.instruction(prefix)] = instruction_array(obs[Col.INSTRUCTION])
     return out
@@ -249,6 +257,8 @@ def obs_to_torch(obs: Mapping[str, Any], device="cpu") -> dict[str, Any]:
     }
     if Col.FEATURES in obs:
         out[Col.FEATURES] = {k: torch.as_tensor(np.asarray(v), device=device) for k, v in obs[Col.FEATURES].items()}
+    if Col.EMBEDDING in obs:
+        out[Col.EMBEDDING] = torch.as_tensor(np.asarray(obs[Col.EMBEDDING]), device=device).float()
     if Col.INSTRUCTION in obs:
         out[Col.INSTRUCTION] = [str(t) for t in np.asarray(obs[Col.INSTRUCTION]).reshape(-1)]
     return out
@@ -259,6 +269,8 @@ def index_obs_torch(obs: Mapping[str, Any], idx) -> dict[str, Any]:
     out: dict[str, Any] = {Col.STATE: obs[Col.STATE][idx], Col.IMAGES: {k: v[idx] for k, v in obs[Col.IMAGES].items()}}
     if Col.FEATURES in obs:
         out[Col.FEATURES] = {k: v[idx] for k, v in obs[Col.FEATURES].items()}
+    if Col.EMBEDDING in obs:
+        out[Col.EMBEDDING] = obs[Col.EMBEDDING][idx]
     if Col.INSTRUCTION in obs:
         texts = obs[Col.INSTRUCTION]
         out[Col.INSTRUCTION] = [texts[int(i)] for i in idx.tolist()]

@@ -97,6 +97,7 @@ class Learner:
                 frame_features=frame_feature_settings(cfg),
                 expected=expected_schema(self.spec.state_dim, dict(self.spec.cameras),
                                          frames=frame_feature_settings(cfg) is None),
+                embed_rows=self.algo.policy.row_embedder() if hasattr(self.algo.policy, "row_embedder") else None,
             )
         else:
             self.remote_replay = replay

@@ -50,12 +50,21 @@ class ReplayService:
         gamma: float = 0.99,
         frame_features: dict | None = None,
         expected: dict | None = None,
+        embed_rows: Any = None,
     ):
         """``expected``: the row columns known before the first chunk
         (:func:`~rlinf_user.data.replay.expected_schema`); a capacity they cannot fit
-        in is refused here, before any worker sends a row."""
+        in is refused here, before any worker sends a row. ``embed_rows``: what adds a
+        frozen base's embedding to each row as it is stored
+        (:class:`~rlinf_user.policies.steered.RowEmbedder`, or ``{"policy", "spec"}`` to build
+        this process's own), else None."""
         if expected is not None:
             check_fits(int(capacity), expected)
+        if isinstance(embed_rows, dict):
+            from rlinf_user.policies.steered import RowEmbedder
+
+            embed_rows = RowEmbedder.from_config(embed_rows["policy"], embed_rows["spec"])
+        self.embed_rows = embed_rows
         self.buffer = ReplayBuffer(
             capacity, directory, keep_full_log=keep_full_log, segment_bytes=int(segment_mb * 2**20),
             nstep=nstep, gamma=gamma,
@@ -69,6 +78,8 @@ class ReplayService:
                 self.demos.recompute_nstep()
             if frame_features is not None:  # after relabelling: the classifier reads the frames
                 self.demos = featurize_buffer(self.demos, frame_features)
+            if embed_rows is not None:
+                self.demos = embed_buffer(self.demos, embed_rows)
         self.rng = np.random.default_rng(seed)
         self.lock = threading.Lock()
         self.order = SenderOrder()
@@ -83,6 +94,13 @@ class ReplayService:
         return self.order.add(chunk, sender, seq, base, self._store)
 
     def _store(self, chunk: dict[str, np.ndarray]) -> int:
+        if self.embed_rows is not None:  # before the lock: sampling goes on meanwhile
+            try:
+                chunk = self.embed_rows(chunk)
+            except (KeyError, ValueError, RuntimeError) as err:
+                self.rejected += 1
+                log.error("rejected a transition chunk (nothing stored): its rows could not be embedded: %s", err)
+                return 0
         with self.lock:
             try:
                 flags = self.buffer.storage.get(Col.INTERVENTION)
@@ -258,6 +276,15 @@ def featurize_buffer(buf: ReplayBuffer, settings: dict) -> ReplayBuffer:
     out.add(FrameFeaturizer(settings).columns(cols))
     log.info("demos: %d transitions' frames encoded by the frozen %s in %.1f s", buf.size, settings["encoder"],
              time.perf_counter() - t0)  # fmt: skip
+    return out
+
+
+def embed_buffer(buf: ReplayBuffer, embed_rows) -> ReplayBuffer:
+    """The same transitions with the frozen base's embedding of their observations."""
+    t0 = time.perf_counter()
+    out = ReplayBuffer(capacity=buf.size, nstep=buf.nstep.n if buf.nstep is not None else 1, gamma=buf.gamma)
+    out.add(embed_rows({k: v[: buf.size] for k, v in buf.storage.items()}))
+    log.info("demos: %d transitions embedded by the frozen base in %.1f s", buf.size, time.perf_counter() - t0)
     return out
 
 

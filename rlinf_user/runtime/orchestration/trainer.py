@@ -61,6 +61,7 @@ class Trainer(Supervision):
     def _start(self) -> None:
         import ray
         import torch
+        from omegaconf import OmegaConf
 
         from rlinf_user.data.replay import expected_schema
         from rlinf_user.policies.frame_features import frame_feature_settings
@@ -128,6 +129,9 @@ class Trainer(Supervision):
                     frame_feature_settings(cfg),
                     expected_schema(self.spec.state_dim, dict(self.spec.cameras),
                                     frames=frame_feature_settings(cfg) is None),
+                    # algo=dsrl with encoder=base: the replay builds the frozen base to embed rows
+                    {"policy": OmegaConf.to_container(cfg.policy, resolve=True), "spec": self.spec.to_dict()}
+                    if cfg.policy.get("encoder") == "base" else None,
                 )
             )
             self._check_started(self.replay, "the replay buffer")
@@ -226,6 +230,7 @@ class Trainer(Supervision):
             "recent_success": p.recent_success,
             "recent_episodes": RECENT_EPISODES,
             "members": self.member_stats(),
+            "elastic": self.pool.events,  # workers that joined and left while the run went on
             "placement": self._where(),
             "interventions": p.interventions,
             "teleop_device_lost": p.supervisor_lost,

@@ -2,11 +2,18 @@
 
 A slot is *running* (an actor exists), *waiting* (the node offering the member's
 resources is not in the cluster: a robot PC that is down, or not started yet) or
-*retired* (its worker kept failing while its node was up). A slot whose node leaves
-waits without counting as a failure and is started again as soon as a node offering
-those resources joins; training goes on with the others meanwhile. Only when a worker
-keeps failing on a node that is up is it given up on, and the run stops only if no slot
-is left that could run.
+*retired* (its worker kept failing while its node was up, or an elastic worker's node
+left). A slot whose node leaves waits without counting as a failure and is started again
+as soon as a node offering those resources joins; training goes on with the others
+meanwhile. Only when a worker keeps failing on a node that is up is it given up on, and
+the run stops only if no slot is left that could run.
+
+Elastic workers (``placement.max_env_workers`` above ``num_env_workers``, a run without a
+fleet): whenever the cluster has free CPUs for another worker (a node joined: the Ray
+autoscaler, or a person's ``ray start --address=...``), one is added and feeds the learner
+from its first rollout, up to that many; an added worker whose node leaves is retired,
+its episodes' rows already sent kept. :attr:`WorkerPool.events` times each join (node
+seen -> first rows back) and leave (node gone -> its workers retired).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlinf_user.env.spec import EnvSpec
+from rlinf_user.identity import ANOTHER_BUILD, project_identity
 from rlinf_user.runtime.orchestration.run_record import root_cause
 from rlinf_user.runtime.rollout.fleet import Member, union_spec, wants_member_id
 from rlinf_user.seeds import worker_seed
@@ -42,6 +50,9 @@ class Slot:
     status: str = "waiting"  # running | waiting | retired
     restarts: int = 0
     nodes: list[str] = field(default_factory=list)
+    elastic: bool = False  # added while the run went on (placement.max_env_workers)
+    started_at: float = 0.0  # monotonic time of its last start
+    fed: bool = False  # its first rollout came back since its last start
 
 
 def cluster_has(resources: dict[str, float]) -> bool:
@@ -73,6 +84,10 @@ class WorkerPool:
         self.rollout = None  # the rollout server, when one acts for the workers
         self.reward_name: str | None = None  # the reward server's name, when the run has one
         self._last_check = 0.0
+        fixed = sum(m.workers for m in members)
+        self.max_workers = max(fixed, int(cfg.placement.get("max_env_workers", 0) or 0)) if len(members) == 1 else fixed
+        self.events: list[dict[str, Any]] = []  # elastic joins and leaves, timed
+        self._nodes: dict[str, float] = {}  # alive node -> when it was first seen
 
     # -- spawning ---------------------------------------------------------------------------
     def _options(self, m: Member) -> dict[str, Any]:
@@ -89,9 +104,10 @@ class WorkerPool:
         slot.actor = self.actor_cls.options(**self._options(slot.member)).remote(
             self.cfg, worker_id=slot.index, weight_store=self.weight_store, sink=self.sink,
             seed=worker_seed(self.cfg.seed, slot.index, slot.generation), member=slot.member, fleet_spec=self.spec,
-            rollout=self.rollout, reward_name=self.reward_name,
+            rollout=self.rollout, reward_name=self.reward_name, driver_build=project_identity(),
         )  # fmt: skip
         slot.status = "running"
+        slot.started_at, slot.fed = time.monotonic(), False
 
     def available(self, slot: Slot) -> bool:
         return cluster_has(self._options(slot.member).get("resources", {}))
@@ -168,12 +184,18 @@ class WorkerPool:
             pass
         slot.actor = None
         slot.generation += 1
-        if self._node_gone(slot, err) or not self.available(slot):
+        gone = self._node_gone(slot, err)
+        if slot.elastic and gone:
+            slot.status = "retired"  # an added worker leaves with its node; the others go on
+            log.warning("elastic worker %d: its node left; %d env workers go on", slot.index, len(self.running()))
+            self._left(slot)
+            return False
+        if gone or not self.available(slot):
             slot.status = "waiting"
             log.warning("fleet member %s (worker %d): its node left; waiting for it to come back", slot.member.name, slot.index)
             return False
         slot.restarts += 1
-        if "does not fit this run's learner" in str(err):
+        if "does not fit this run's learner" in str(err) or ANOTHER_BUILD in str(err):
             slot.status = "retired"
             log.error("fleet member %s cannot join: %s", slot.member.name, root_cause(err))
         elif slot.restarts > MAX_RESTARTS:
@@ -221,12 +243,57 @@ class WorkerPool:
                 self._spawn(slot)
                 log.info("fleet member %s (worker %d): its node is up; starting", slot.member.name, slot.index)
                 started.append(slot)
+        if self.max_workers > len(self.slots) - sum(s.status == "retired" for s in self.slots):
+            started += self._grow()
         return started
+
+    def _grow(self) -> list[Slot]:
+        """Elastic workers on the cluster's free CPUs, up to ``max_workers`` live ones."""
+        import ray
+
+        self._watch_nodes()
+        member = self.members[0]
+        need = float(self._options(member).get("num_cpus", 1.0) or 0.0)
+        free = float(ray.available_resources().get("CPU", 0.0))
+        live = len(self.slots) - sum(s.status == "retired" for s in self.slots)
+        added = []
+        while live < self.max_workers and free >= max(need, 1e-9):
+            slot = Slot(len(self.slots), member, elastic=True)
+            self.slots.append(slot)
+            self._spawn(slot)
+            free, live = free - need, live + 1
+            added.append(slot)
+            log.info("elastic: the cluster has a free CPU; env worker %d added (%d of at most %d)", slot.index, live,
+                     self.max_workers)  # fmt: skip
+        return added
+
+    def _watch_nodes(self) -> None:
+        """When each alive node was first seen (a join's clock starts there)."""
+        import ray
+
+        now = time.monotonic()
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        for node in alive - set(self._nodes):
+            self._nodes[node] = now
+        for node in set(self._nodes) - alive:
+            del self._nodes[node]
+
+    def _left(self, slot: Slot) -> None:
+        node = slot.nodes[-1] if slot.nodes else None
+        seen = self._nodes.pop(node, None) if node else None
+        self.events.append({"event": "leave", "worker": slot.index, "node": node, "at": round(time.time(), 3),
+                            "alive_s": None if seen is None else round(time.monotonic() - seen, 2)})  # fmt: skip
 
     def note(self, slot: Slot, result: dict[str, Any]) -> None:
         node = result.get("node")
         if node and node not in slot.nodes:
             slot.nodes.append(node)
+        if slot.elastic and not slot.fed:  # its first rows reached the learner
+            slot.fed = True
+            seen = self._nodes.get(node, slot.started_at)
+            self.events.append({"event": "join", "worker": slot.index, "node": node, "at": round(time.time(), 3),
+                                "join_to_first_rows_s": round(time.monotonic() - min(seen, slot.started_at), 2),
+                                "start_to_first_rows_s": round(time.monotonic() - slot.started_at, 2)})  # fmt: skip
 
     # -- views ------------------------------------------------------------------------------
     def running(self) -> list[Slot]:

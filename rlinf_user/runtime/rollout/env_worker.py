@@ -48,8 +48,14 @@ class EnvWorker:
     def __init__(
         self, cfg, *, worker_id: int, weight_store=None, sink=None, seed: int = 0, num_envs: int | None = None,
         member=None, fleet_spec: EnvSpec | None = None, rollout=None, reward_name: str | None = None,
+        driver_build: str | None = None,
     ):  # fmt: skip
+        """``driver_build``: the run's driver's :func:`~rlinf_user.identity.project_identity`;
+        a node that runs another build refuses to start, naming both."""
         from rlinf_user.algorithms.base import ON_POLICY, data_plan
+        from rlinf_user.identity import check_same_build
+
+        check_same_build(driver_build)
 
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
         torch.manual_seed(int(seed))  # the policy's sampling is reproducible per worker seed
