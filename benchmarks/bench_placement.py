@@ -3,12 +3,14 @@
 Per workload: ``rlinf-user plan``'s profile and ranking (the cost model's prediction for
 every candidate), then real training runs of the fixed placements a user would pick by hand
 and of the model's choice, one after the other on this machine, each for ``--seconds``.
-Measured once past ``--warmup`` seconds: env steps/s over that window (the run's
+Measured past ``--warmup`` seconds: env steps/s over that window (the run's
 ``runtime/*`` scalars are logged at their env step) and the mean of its
 ``runtime/updates_per_s``, and the rate that learning gets at
 the algorithm's update-to-data ratio (the smaller of env steps/s and updates/s over that ratio).
+Each placement runs ``--repeats`` times, interleaved with the others; the verdict compares
+medians (auto against the best fixed placement, and auto's prediction against its median).
 
-    python benchmarks/bench_placement.py --workloads reach_sac pick_rlpd --seconds 45
+    python benchmarks/bench_placement.py --workloads reach_sac pick_rlpd --seconds 45 --repeats 3
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ def measure(sim: str, overrides: list[str], placement: list[str], seconds: float
     env = ea.Scalars("runtime/env_steps_per_s")
     upd = ea.Scalars("runtime/updates_per_s")
     t_first = env[0].wall_time if env else 0.0
+    tags = ea.Tags()["scalars"]
+    update_ms = [e for e in ea.Scalars("learner/update_ms") if e.wall_time >= t_first + warmup] \
+        if "learner/update_ms" in tags else []  # fmt: skip
     steady = [(e, u) for e, u in zip(env, upd) if e.wall_time - t_first >= warmup]
     summary = json.loads((work / name / "eval" / "summary.json").read_text())
     # env steps: the scalars' own step axis (env steps) over the window; a paced worker's
@@ -80,6 +85,8 @@ def measure(sim: str, overrides: list[str], placement: list[str], seconds: float
         "updates_per_s": round(statistics.fmean(u.value for _, u in steady), 2) if steady else None,
         "samples": len(steady), "run_wall_s": round(wall, 1), "env_steps": summary.get("env_steps"),
         "updates": summary.get("updates"),
+        # the learner's train calls inside the run: median ms per update (profiled alone: costs.update)
+        "update_ms_in_run": round(statistics.median(e.value for e in update_ms), 2) if update_ms else None,
     }  # fmt: skip
 
 
@@ -100,17 +107,35 @@ def bench(name: str, args, work: Path) -> dict:
     ranking = rank(costs, pipe)
     chosen = ranking[0].candidate
     u = max(pipe.utd_ratio, 1e-9)
-    rows = []
     fixed = [Candidate(m, w, e, r) for m, w, e, r in FIXED]
-    for cand in [*fixed, *([] if chosen in fixed else [chosen])]:
+    cands = [*fixed, *([] if chosen in fixed else [chosen])]
+    runs: dict[str, list[dict]] = {c.label(): [] for c in cands}
+    for rep in range(args.repeats):  # interleaved: a slow spell of the machine hits every placement
+        for cand in cands:
+            got = measure(sim, overrides, overrides_of(cand), args.seconds, args.warmup, work)
+            if got.get("env_steps_per_s") is not None:
+                got["learning_rate"] = round(min(got["env_steps_per_s"], got["updates_per_s"] / u), 2)
+            print(json.dumps({"candidate": cand.label(), "repeat": rep, **got}), flush=True)
+            runs[cand.label()].append(got)
+    rows = []
+    for cand in cands:
         pred = predict(costs, pipe, cand)
-        got = measure(sim, overrides, overrides_of(cand), args.seconds, args.warmup, work)
-        if got.get("env_steps_per_s") is not None:
-            got["learning_rate"] = round(min(got["env_steps_per_s"], got["updates_per_s"] / u), 2)
-        row = {"candidate": cand.label(), "auto": cand == chosen, "predicted": pred.row(), "measured": got}
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-    return {"workload": name, "sim": sim, "overrides": [o for o in overrides if not o.startswith("demos=")],
+        got = runs[cand.label()]
+        rates = [g["learning_rate"] for g in got if g.get("learning_rate") is not None]
+        med = statistics.median(rates) if rates else None
+        predicted = min(pred.env_steps_per_s, pred.updates_per_s / u)
+        rows.append({"candidate": cand.label(), "auto": cand == chosen, "predicted": pred.row(),
+                     "predicted_learning_rate": round(predicted, 2), "measured_learning_rate_median": med,
+                     "measured_learning_rates": rates,
+                     "prediction_error": round(predicted / med - 1, 3) if med else None, "measured": got})  # fmt: skip
+    best = max((r for r in rows if r["measured_learning_rate_median"]), key=lambda r: r["measured_learning_rate_median"])
+    auto = next(r for r in rows if r["auto"])
+    verdict = {"best_fixed": best["candidate"], "auto": auto["candidate"],
+               "auto_vs_best": round(auto["measured_learning_rate_median"] / best["measured_learning_rate_median"], 3)
+               if auto["measured_learning_rate_median"] else None,
+               "auto_prediction_error": auto["prediction_error"]}  # fmt: skip
+    print(json.dumps({"workload": name, **verdict}), flush=True)
+    return {"verdict": verdict, "workload": name, "sim": sim, "overrides": [o for o in overrides if not o.startswith("demos=")],
             "pipeline": pipe.__dict__, "profile_s": round(profile_s, 1), "costs": costs.to_dict(),
             "top_predicted": [p.row() for p in ranking[:8]], "runs": rows}  # fmt: skip
 
@@ -121,6 +146,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=45.0, help="each measured run's length")
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds of each run left out of its medians")
     ap.add_argument("--budget", type=float, default=30.0, help="the profile's budget")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per placement, interleaved (medians reported)")
     ap.add_argument("--out", default=str(RESULTS / "placement_auto.json"))
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-placement-"))

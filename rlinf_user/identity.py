@@ -13,7 +13,6 @@ from pathlib import Path
 
 from rlinf_user import __version__
 
-
 ANOTHER_BUILD = "another build of the project"
 
 

@@ -46,7 +46,7 @@ def run_plan(args, console) -> int:
     validate(cfg)
     costs, pipe = profile_with_progress(cfg, console, args.budget)
     if pipe.on_policy and not costs.update:
-        log.warning("the learner's on-policy update is not profiled yet: its rounds are predicted from collection alone")
+        log.warning("the learner's on-policy update was not profiled (a robot is not stepped for rows): its rounds are predicted from collection alone")
     preds = rank(costs, pipe)
     console.print(plan_table(preds, args.top, preds[0].candidate))
     best = preds[0]

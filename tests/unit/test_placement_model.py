@@ -80,19 +80,22 @@ def test_a_robot_steps_at_its_rate_and_a_placement_that_would_hold_it_back_is_ne
 
 
 def test_on_policy_rounds_add_collection_and_the_update():
-    pipe = Pipeline(on_policy=True, batch_size=256, num_steps=100, update_batches=10.0)
-    c = costs(env=1e-3, act=1e-3, update=0.01, cores=4)
+    pipe = Pipeline(on_policy=True, batch_size=256, num_steps=100)
+    c = costs(env=1e-3, act=1e-3, cores=4)
+    c.update["cpu"] = Curve({400: 0.2, 800: 0.4}, {400: 0.2, 800: 0.4})  # an update on a round, by its rows
     p = predict(c, pipe, Candidate("collocated", 2, 4))
     collect = 100 * (4e-3 + 1e-3 + 4 * 1e-6 + 1e-6)  # steps x (4 envs + act + rows + the call's share)
     rows = 100 * 2 * 4
-    update = 10 * rows / 1000 * 0.01
+    update = 0.4  # the round's 800 rows
     assert p.env_steps_per_s == pytest.approx(rows / (collect + update), rel=0.05)
     assert p.bottleneck == "workers"
     unprofiled = costs(env=1e-3, act=1e-3, cores=4)
     unprofiled.update = {}  # on-policy updates are not profiled yet: collection alone, no error
     alone = predict(unprofiled, pipe, Candidate("collocated", 2, 4))
     assert alone.env_steps_per_s == pytest.approx(rows / collect, rel=0.05)
-    crowded = predict(costs(env=1e-3, act=1e-3, update=0.01, cores=1), pipe, Candidate("collocated", 2, 4))
+    crowded_costs = costs(env=1e-3, act=1e-3, cores=1)
+    crowded_costs.update["cpu"] = c.update["cpu"]
+    crowded = predict(crowded_costs, pipe, Candidate("collocated", 2, 4))
     assert crowded.env_steps_per_s < 0.6 * p.env_steps_per_s  # two workers on one core take turns
 
 

@@ -96,6 +96,8 @@ class Schedule:
                 "runtime",
             )  # fmt: skip
             tr.on_progress(p)
+        if tr.drift is not None:
+            tr.drift.tick(p.wall, p.env_steps, p.updates)
         if cfg.target_success is not None and (p.eval_success or 0.0) >= cfg.target_success:
             return f"evaluation success {p.eval_success:.2f} >= target {cfg.target_success}"
         if cfg.max_wall_minutes is not None and p.wall > 60 * cfg.max_wall_minutes:
@@ -132,7 +134,10 @@ def _learner_metrics(tr, m: dict[str, Any] | None) -> None:
     p = tr.progress
     p.updates, p.version = m["num_updates"], m["version"]
     if m["updates"]:
-        tr.record.scalars({k: v for k, v in m.items() if isinstance(v, float)}, "learner")
+        scalars = {k: v for k, v in m.items() if isinstance(v, float)}
+        if isinstance(m.get("seconds"), float):  # a train call's time per update, as it ran beside the rest
+            scalars["update_ms"] = 1000.0 * m["seconds"] / m["updates"]
+        tr.record.scalars(scalars, "learner")
 
 
 def _worker_failed(tr, slot, err) -> bool:

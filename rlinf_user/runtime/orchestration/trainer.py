@@ -52,6 +52,9 @@ class Trainer(Supervision):
         self.data_plan = data_plan(cfg.algo)  # what the algorithm trains on (replay or on-policy)
         self.on_policy = self.data_plan.data_mode == ON_POLICY
         self.record = RunRecord(self.run_dir, bool(cfg.intervention.enabled), len(cfg.fleet or []) > 1)
+        from rlinf_user.runtime.orchestration.drift import DriftWatch
+
+        self.drift = DriftWatch.of_run(self.run_dir, None if self.on_policy else float(self.data_plan.utd_ratio))
 
     @property
     def progress(self) -> Progress:
@@ -231,6 +234,7 @@ class Trainer(Supervision):
             "recent_episodes": RECENT_EPISODES,
             "members": self.member_stats(),
             "elastic": self.pool.events,  # workers that joined and left while the run went on
+            "placement_drift": None if self.drift is None else self.drift.summary(),  # placement=auto's prediction
             "placement": self._where(),
             "interventions": p.interventions,
             "teleop_device_lost": p.supervisor_lost,

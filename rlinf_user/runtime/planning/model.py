@@ -87,6 +87,7 @@ class Costs:
     update: dict[str, Curve] = field(default_factory=dict)  # one learner update (sampling included), by device
     sample_transfer: Curve = field(default_factory=Curve)  # a batch from the replay actor (disaggregated), by B
     call_s: float = 0.0  # one actor call's fixed cost (a rollout call, a request to the rollout server)
+    request: Curve = field(default_factory=Curve)  # a request to the rollout server for E observations, alone
     publish_s: float = 0.0  # publishing the weights once (learner side)
     apply_s: float = 0.0  # a worker taking one publication
     robot_hz: float | None = None  # the env steps at a robot's fixed rate: its step is 1 / hz
@@ -103,6 +104,7 @@ class Costs:
             store=Curve.from_dict(d.get("store", {})),
             update={k: Curve.from_dict(v) for k, v in d.get("update", {}).items()},
             sample_transfer=Curve.from_dict(d.get("sample_transfer", {})), call_s=float(d.get("call_s", 0.0)),
+            request=Curve.from_dict(d.get("request", {})),
             publish_s=float(d.get("publish_s", 0.0)), apply_s=float(d.get("apply_s", 0.0)),
             robot_hz=d.get("robot_hz"),
         )  # fmt: skip
@@ -119,7 +121,6 @@ class Pipeline:
     horizon: int = 1  # actions per decision: a chunk's act serves H env steps
     chunk_rows: bool = False  # a chunk is one replay row
     num_steps: int = 0  # on-policy: env steps per env in a round
-    update_batches: float = 1.0  # on-policy: learner updates (minibatch steps) per round, per 1,000 rows
     publish_every_updates: int = 50
     rollout_steps: int = 100  # env steps per rollout call of a worker
     send_rows: int = 50  # rows a worker batches per send (buffer.chunk_steps)
@@ -172,7 +173,7 @@ def _worker_step(costs: Costs, pipe: Pipeline, c: Candidate) -> tuple[float, flo
         wall, cpu = costs.worker.wall_s(e), costs.worker.cpu_s(e)
         if c.rollout:
             act = costs.act[c.act_device]
-            wall = max(wall - act.wall_s(e) / h, 0.0) + costs.call_s / h
+            wall = max(wall - act.wall_s(e) / h, 0.0) + _request_s(costs, e) / h
             cpu = max(cpu - act.cpu_s(e) / h, 0.0) + costs.call_s / h
         return wall, cpu
     if costs.robot_hz:
@@ -180,7 +181,7 @@ def _worker_step(costs: Costs, pipe: Pipeline, c: Candidate) -> tuple[float, flo
     else:
         env_wall, env_cpu = costs.env_step.wall_s(e), costs.env_step.cpu_s(e)
     if c.rollout:  # a request per decision; the server's time is its own bottleneck
-        act_wall, act_cpu = costs.call_s / h, costs.call_s / h
+        act_wall, act_cpu = _request_s(costs, e) / h, costs.call_s / h
     else:
         act = costs.act[c.act_device]
         act_wall, act_cpu = act.wall_s(e) / h, act.cpu_s(e) / h
@@ -189,6 +190,12 @@ def _worker_step(costs: Costs, pipe: Pipeline, c: Candidate) -> tuple[float, flo
     send = costs.row.cpu_s(pipe.send_rows) / pipe.send_rows * rows
     call = costs.call_s / pipe.rollout_steps
     return env_wall + act_wall + send + call, env_cpu + act_cpu + send + call
+
+
+def _request_s(costs: Costs, e: int) -> float:
+    """A worker's wait for the rollout server's answer to E observations: the measured round
+    trip (the call, the server's queue and forward pass) where profiled, else an empty call."""
+    return costs.request.wall_s(e) if costs.request.wall else costs.call_s
 
 
 def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
@@ -253,9 +260,8 @@ def _predict_rounds(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
         act = costs.act[c.act_device]
         collect = max(collect, pipe.num_steps / max(1, pipe.horizon) * act.wall_s(w * e))
     rows = pipe.num_steps * w * e
-    upd = costs.update.get(c.learner_device)  # not profiled yet for on-policy updates: collection alone
-    updates = max(1.0, pipe.update_batches * rows / 1000.0)
-    update = (updates * upd.wall_s(pipe.batch_size) if upd is not None else 0.0) + costs.publish_s + costs.apply_s
+    upd = costs.update.get(c.learner_device)  # by the rows of a round (profile._rounds); absent: collection alone
+    update = (upd.wall_s(rows) if upd is not None else 0.0) + costs.publish_s + costs.apply_s
     rate = rows / (collect + update)
     neck = "workers" if collect >= update else "learner"
     usage = {"learner": update / (collect + update), "cpu": min(1.0, busy / costs.cores) * collect / (collect + update)}

@@ -8,6 +8,8 @@ Each role's work is run for real, in this process and through Ray, for a few sec
 * ``row`` and ``store``: real transitions as replay columns, through a Ray actor call (the
   worker's serialisation and send; the receiver's deserialisation) and into a replay buffer;
 * ``update``: the algorithm's update on batches sampled from those rows, on each device;
+* ``request``: a worker's request to the real rollout server for E observations (round
+  trip, measured alone);
 * ``call_s``: an actor call's fixed cost; ``publish_s`` / ``apply_s``: the policy's
   weights serialised and loaded once.
 
@@ -119,7 +121,11 @@ class Profiler:
                 "replay (rows through Ray)", lambda: self._transport(rows, int(getattr(plan, "batch_size", 256))))
             self.progress("env worker", 2.5 / 6)
             costs.worker = self._step("env worker", lambda: self._workers(share))
+            self.progress("rollout server", 2.8 / 6)
+            costs.request = self._step("rollout server", lambda: self._requests(obs_rows, spec, share / 2))
         self.progress("update", 3 / 6)
+        if on_policy and not self.robot:
+            costs.update = self._step("learner (update)", lambda: self._rounds(spec, plan, share, gpus))
         if not on_policy and rows is not None:
             costs.update, ingest = self._step("learner (update)", lambda: self._updates(rows, spec, plan, share, gpus))
             if ingest.wall:  # the learner's own add of a chunk, and the chunk's deserialisation
@@ -206,6 +212,29 @@ class Profiler:
                 worker.close()
             if curve.wall[e] * ENV_COUNTS[-1] / e > share:  # larger vectors would overrun the budget
                 break
+        return curve
+
+    def _requests(self, obs_rows, spec, share: float) -> Curve:
+        """A worker's request to the real rollout server (a Ray actor on this machine's CPU)
+        for E observations, the round trip measured alone: the call, the server's queue and
+        its forward pass at that batch."""
+        import ray
+        from omegaconf import OmegaConf
+
+        from rlinf_user.env.spec import batch_size, index_obs, stack_obs
+        from rlinf_user.runtime.serving.rollout_server import RolloutServer
+
+        cfg = OmegaConf.merge(self.cfg, {"placement": {"rollout": {"device": "cpu"}}})
+        server = ray.remote(RolloutServer).options(num_cpus=0).remote(cfg, spec.to_dict())
+        singles = [index_obs(b, i) for b in obs_rows[:32] for i in range(batch_size(b))]
+        curve = Curve()
+        try:
+            for e in ENV_COUNTS:
+                obs = stack_obs([singles[i % len(singles)] for i in range(e)])
+                curve.wall[e], curve.cpu[e] = _timed(lambda obs=obs: ray.get(server.act.remote(obs, False, None)),
+                                                     share / len(ENV_COUNTS), max_reps=100)  # fmt: skip
+        finally:
+            ray.kill(server)
         return curve
 
     def _acts(self, policy, obs_rows, spec, share: float, gpus: int) -> dict[str, Curve]:
@@ -314,6 +343,48 @@ class Profiler:
             out[device] = curve
         return out, ingest
 
+    def _rounds(self, spec, plan, share: float, gpus: int) -> dict[str, Curve]:
+        """On-policy: the real learner's update on one round of the real env worker's rows
+        (``num_steps`` per env, log-probs and values included), and on half of its envs'
+        rows: seconds per update by the rows in the round (the model interpolates between)."""
+        import tempfile
+
+        import ray
+        from omegaconf import OmegaConf
+
+        from rlinf_user.runtime.learning.learner import Learner
+        from rlinf_user.runtime.rollout.env_worker import EnvWorker
+
+        envs = max(8, int(self.cfg.placement.envs_per_worker))  # rounds large enough to see the slope
+        sink = _sink_class().options(num_cpus=0).remote()
+        ray.get(sink.keep.remote(True))
+        worker = EnvWorker(self.cfg, worker_id=0, sink=sink, seed=int(self.cfg.seed), num_envs=envs)
+        try:
+            worker.rollout(int(plan.num_steps), min_version=0)
+        finally:
+            worker.close()
+        chunks = ray.get(sink.keep.remote(False))
+        rows = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+        half = {k: v[rows[Col.ENV_ID] < envs // 2] for k, v in rows.items()}
+        out = {}
+        for device in ["cpu"] + (["cuda"] if gpus else []):
+            cfg = OmegaConf.merge(self.cfg, {"placement": {"learner_device": device}, "buffer": {"persist": False}})
+            curve = Curve()
+            with tempfile.TemporaryDirectory() as run_dir:
+                learner = Learner(cfg, spec, run_dir)
+                learner.publish = lambda: 0  # a round ends in a publication: profiled on its own (publish_s)
+                try:
+                    for part in (half, rows, half, rows):  # the first of each size warms up
+                        learner.add(part)
+                        t0, c0 = time.perf_counter(), time.process_time()
+                        learner.train(0, 0, 1)
+                        n = len(part[Col.REWARD])
+                        curve.wall[n], curve.cpu[n] = time.perf_counter() - t0, time.process_time() - c0
+                finally:
+                    learner.close()
+            out[device] = curve
+        return out
+
     def _weights(self, policy) -> tuple[float, float]:
         import torch
 
@@ -349,11 +420,19 @@ def _sink_class():
 
         def __init__(self):
             self.rows = None
+            self.kept: list[dict] | None = None  # chunks kept while keeping (on-policy update profile)
 
         def ping(self) -> int:
             return 0
 
+        def keep(self, on: bool) -> list[dict]:
+            """Start keeping the chunks that arrive (on), or stop and return them."""
+            kept, self.kept = self.kept or [], ([] if on else None)
+            return kept
+
         def add(self, chunk: dict, sender=None, seq: int = 0, base: int = 0) -> int:
+            if self.kept is not None:
+                self.kept.append(chunk)
             return len(chunk[Col.REWARD])
 
         def fill(self, chunk: dict) -> int:
