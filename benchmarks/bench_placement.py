@@ -26,14 +26,47 @@ from machine import describe
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-# name -> (--sim, overrides); {demos}: the workload's recorded demonstrations
+# name -> (--sim, overrides); {demos}: the workload's recorded demonstrations; {base}: a
+# lite_vla checkpoint for DSRL to steer (its pretrained vision and language weights, an
+# untrained expert: the throughput does not depend on what it learned)
 WORKLOADS = {
     "reach_sac": ("reach", ["algo=sac"]),
     "pick_rlpd": ("gym_hil_random", ["algo=rlpd", "demos={demos}"]),
+    "pushcube_ppo": ("maniskill", ["env.task=PushCube-v1", "algo=ppo", "policy=gaussian_ac"]),
     "pick_pixels_rlpd": ("gym_hil_pixels", ["algo=rlpd", "demos={demos}"]),
+    "vla_dsrl": ("reach_color", ["algo=dsrl", "policy=lite_vla", "policy.vlm_layers=4", "algo.base_checkpoint={base}",
+                                 "algo.noise_encoder.encoder=base", "algo.paced=true", "algo.batch_size=128",
+                                 "algo.utd_ratio=0.5"]),
 }
+# the placements a user would pick by hand: (mode, workers, envs per worker, rollout server)
 FIXED = [("collocated", 1, 1, False), ("disaggregated", 1, 1, False), ("collocated", 2, 1, False),
          ("collocated", 1, 4, False), ("collocated", 2, 2, True)]  # fmt: skip
+FIXED_BY_WORKLOAD = {
+    "pushcube_ppo": [("collocated", 1, 16, False), ("disaggregated", 1, 16, False), ("collocated", 2, 8, False),
+                     ("collocated", 1, 32, False), ("collocated", 2, 8, True)],
+    "vla_dsrl": [("collocated", 1, 2, False), ("collocated", 1, 2, True), ("collocated", 2, 1, False),
+                 ("collocated", 2, 1, True), ("disaggregated", 1, 2, False)],
+}  # fmt: skip
+
+
+def untrained_base(root: Path) -> Path:
+    """lite_vla for reach_color as a DSRL base: pretrained vision and language, untrained expert."""
+    import torch
+
+    from rlinf_user.config.compose import compose_config
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.env.spec import EnvSpec
+    from rlinf_user.policies.base import build_policy
+
+    path = root / "lite_vla_base.pt"
+    if not path.exists():
+        cfg = compose_config(["policy=lite_vla", "policy.vlm_layers=4"], sim="reach_color")
+        env = make_env(cfg.env, seed=0)
+        spec = EnvSpec.of_env(env)
+        env.close()
+        torch.manual_seed(0)
+        torch.save({"policy": build_policy(cfg.policy, spec).state_dict(), "spec": spec.to_dict()}, path)
+    return path
 
 
 def record_demos(sim: str, root: Path) -> Path:
@@ -100,6 +133,9 @@ def bench(name: str, args, work: Path) -> dict:
     if any("{demos}" in o for o in overrides):
         demos = record_demos(sim, work / f"demos_{sim}")
         overrides = [o.format(demos=demos) for o in overrides]
+    if any("{base}" in o for o in overrides):
+        base = untrained_base(work)
+        overrides = [o.format(base=base) for o in overrides]
     cfg = compose_config(overrides, sim=sim)
     t0 = time.time()
     costs, pipe = Profiler(cfg, args.budget).run()
@@ -107,7 +143,7 @@ def bench(name: str, args, work: Path) -> dict:
     ranking = rank(costs, pipe)
     chosen = ranking[0].candidate
     u = max(pipe.utd_ratio, 1e-9)
-    fixed = [Candidate(m, w, e, r) for m, w, e, r in FIXED]
+    fixed = [Candidate(m, w, e, r) for m, w, e, r in FIXED_BY_WORKLOAD.get(name, FIXED)]
     cands = [*fixed, *([] if chosen in fixed else [chosen])]
     runs: dict[str, list[dict]] = {c.label(): [] for c in cands}
     for rep in range(args.repeats):  # interleaved: a slow spell of the machine hits every placement
@@ -135,7 +171,8 @@ def bench(name: str, args, work: Path) -> dict:
                if auto["measured_learning_rate_median"] else None,
                "auto_prediction_error": auto["prediction_error"]}  # fmt: skip
     print(json.dumps({"workload": name, **verdict}), flush=True)
-    return {"verdict": verdict, "workload": name, "sim": sim, "overrides": [o for o in overrides if not o.startswith("demos=")],
+    kept = [o for o in overrides if not o.startswith(("demos=", "algo.base_checkpoint="))]  # paths of this machine
+    return {"verdict": verdict, "workload": name, "sim": sim, "overrides": kept,
             "pipeline": pipe.__dict__, "profile_s": round(profile_s, 1), "costs": costs.to_dict(),
             "top_predicted": [p.row() for p in ranking[:8]], "runs": rows}  # fmt: skip
 

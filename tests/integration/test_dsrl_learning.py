@@ -72,3 +72,35 @@ def test_a_paced_chunk_policy_reaches_its_first_batch(tmp_path):
                  "eval_episodes=5", f"run_root={tmp_path}", "run_name=paced", "progress=false"]) == 0  # fmt: skip
     summary = json.loads((tmp_path / "paced" / "eval" / "summary.json").read_text())
     assert summary["env_steps"] >= 1200 and summary["updates"] >= 100, summary
+
+
+@pytest.mark.timeout(300)
+def test_the_base_embedding_reaches_a_replay_actor_and_updates(tmp_path):
+    """``algo.noise_encoder.encoder=base`` with the replay in its own actor
+    (``placement=disaggregated``): the acting policy sends ``obs/embedding`` with each row,
+    the replay actor builds the base and adds ``next_obs/embedding``, nothing is rejected
+    and the learner updates on them."""
+    pytest.importorskip("transformers")
+    from rlinf_user.data.record_log import RecordLog
+    from rlinf_user.env.spec import EnvSpec
+    from rlinf_user.policies.base import build_policy
+
+    cfg = compose_config(["policy=pi0", "policy.horizon=4"], sim="reach")
+    env = make_env(cfg.env, seed=0)
+    spec = EnvSpec.of_env(env)
+    env.close()
+    torch.manual_seed(0)
+    base = build_policy(cfg.policy, spec)
+    (tmp_path / "base" / "checkpoints").mkdir(parents=True)
+    torch.save({"policy": base.state_dict(), "spec": spec.to_dict()}, tmp_path / "base" / "checkpoints" / "best.pt")
+    assert main(["train", "--sim", "reach", "algo=dsrl", "policy=pi0", "policy.horizon=4",
+                 f"algo.base_checkpoint={tmp_path / 'base'}", "algo.noise_hidden=[32,32]", "algo.batch_size=32",
+                 "algo.noise_encoder.encoder=base", "placement=disaggregated", "algo.paced=true",
+                 "total_env_steps=600", "eval_every_steps=100000", "eval_at_start=false", "eval_episodes=2",
+                 f"run_root={tmp_path}", "run_name=embedded", "progress=false"]) == 0  # fmt: skip
+    summary = json.loads((tmp_path / "embedded" / "eval" / "summary.json").read_text())
+    assert summary["updates"] >= 50 and summary["replay"]["rejected"] == 0, summary
+    chunks = list(RecordLog(tmp_path / "embedded" / "buffer").read_all())
+    emb = np.concatenate([c["obs/embedding"] for c in chunks])
+    nxt = np.concatenate([c["next_obs/embedding"] for c in chunks])
+    assert emb.shape[1] == base.embedding_dim and np.isfinite(nxt).all() and np.abs(nxt).sum(1).min() > 0
