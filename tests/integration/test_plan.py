@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from rlinf_user.runtime.planning.model import MODES
 
 CLI = [sys.executable, "-m", "rlinf_user.cli.main"]
@@ -55,3 +57,28 @@ def test_train_with_placement_auto_runs_the_chosen_placement_and_keeps_it(tmp_pa
     summary = json.loads((run / "eval" / "summary.json").read_text())
     assert summary["env_steps"] >= 600
     assert "placement=auto chose" in " ".join(r.stderr.split())
+    # the run watched its throughput against the plan's prediction (windows of 30 s after 20)
+    assert summary["placement_drift"]["predicted"] == pytest.approx(
+        min(plan["predicted"]["env_steps_per_s"], plan["predicted"]["updates_per_s"] / kept_utd(run)), rel=0.01)
+
+
+def kept_utd(run) -> float:
+    from omegaconf import OmegaConf
+
+    return float(OmegaConf.load(run / "config.yaml").algo.utd_ratio)
+
+
+def test_what_this_machine_cannot_hold_is_refused_before_profiling_with_the_change_that_fits(monkeypatch):
+    r = subprocess.run([*CLI, "plan", "--sim", "reach", "--budget", "2", "buffer.capacity=100000000000"],
+                       capture_output=True, text=True, timeout=300, env=ENV)  # fmt: skip
+    text = " ".join(r.stderr.split())
+    assert r.returncode == 1 and "error: the replay buffer cannot be held here: buffer.capacity=" in text, text[-2000:]
+    assert "set buffer.capacity=" in text and "Traceback" not in text
+    # a policy too slow to act on this CPU, on a machine without a GPU: where to run it instead
+    from rlinf_user.config.compose import compose_config
+    from rlinf_user.runtime.planning import profile
+
+    monkeypatch.setattr(profile, "SLOWEST_ACT_S", 0.0)  # any policy is too slow
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 0)
+    with pytest.raises(profile.ProfileError, match="policy=mlp took .* s to act once on this CPU .* no GPU"):
+        profile.Profiler(compose_config([], sim="reach"), 2).run()

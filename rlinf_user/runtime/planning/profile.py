@@ -37,6 +37,7 @@ ENV_COUNTS = (1, 2, 4, 8)
 ACT_BATCHES = (1, 2, 4, 8, 16, 32)
 ROW_BATCHES = (1, 8, 64)
 TRAIN_CALL_UPDATES = 50  # updates per train call of the streaming loop
+SLOWEST_ACT_S = 0.5  # seconds per action above which a policy cannot run a control loop on this CPU
 ROLLOUT_STEPS = 100  # env steps per rollout call of the streaming loop (runtime.orchestration.loops)
 
 
@@ -106,6 +107,7 @@ class Profiler:
         policy = algo.acting_policy.eval()
         on_policy = plan.data_mode == ON_POLICY
         horizon = max(1, int(getattr(policy, "horizon", 1) or 1))
+        self._fits(spec, plan, on_policy, policy, gpus)
         if self.robot:
             envs.close()
             costs.robot_hz = float(self.cfg.env.get("control_hz") or 10.0)
@@ -144,6 +146,39 @@ class Profiler:
             robots=(len(self.cfg.get("fleet") or []) or 1) if self.robot else 0,
         )  # fmt: skip
         return costs, pipe
+
+    # -- what the machine cannot hold -------------------------------------------------------
+    def _fits(self, spec, plan, on_policy: bool, policy, gpus: int) -> None:
+        """Refuse, before profiling, a run these resources cannot hold, with the change that
+        would make it fit: a replay buffer larger than the memory, a policy too slow to act
+        on this CPU without a GPU."""
+        from rlinf_user.data.replay import check_fits, expected_schema
+        from rlinf_user.env.spec import obs_to_torch, stack_obs
+        from rlinf_user.policies.frame_features import frame_feature_settings
+
+        if not on_policy:
+            frames = frame_feature_settings(self.cfg) is None
+            try:
+                check_fits(int(self.cfg.buffer.capacity), expected_schema(spec.state_dim, dict(spec.cameras), frames))
+            except MemoryError as err:
+                raise ProfileError(f"the replay buffer cannot be held here: {err}") from err
+        if gpus:
+            return
+        import torch
+
+        obs = obs_to_torch(stack_obs([_zero_obs(spec)]))
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            policy.act(obs, deterministic=False)
+        took = time.perf_counter() - t0
+        horizon = max(1, int(getattr(policy, "horizon", 1) or 1))
+        if took / horizon > SLOWEST_ACT_S:
+            name = str(self.cfg.policy.get("base", {}).get("name") or self.cfg.policy.name)
+            raise ProfileError(
+                f"policy={name} took {took:.1f} s to act once on this CPU ({took / horizon:.2f} s an action), and this "
+                "machine has no GPU: run it where one is (plan there, or give placement.rollout.device=cuda on a "
+                "cluster with one), or choose a smaller policy (policy=lite_vla)"
+            )
 
     # -- the roles ------------------------------------------------------------------------
     def _env_steps(self, envs1, spec, policy, share: float):
