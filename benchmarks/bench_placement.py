@@ -123,6 +123,14 @@ def measure(sim: str, overrides: list[str], placement: list[str], seconds: float
     }  # fmt: skip
 
 
+def learning_rate(got: dict, pipe) -> float:
+    """Env steps/s that learning gets: on-policy, every step collected is trained on once;
+    replay, the smaller of env steps/s and updates/s over the update-to-data ratio."""
+    if pipe.on_policy:
+        return got["env_steps_per_s"]
+    return round(min(got["env_steps_per_s"], got["updates_per_s"] / max(pipe.utd_ratio, 1e-9)), 2)
+
+
 def bench(name: str, args, work: Path) -> dict:
     from rlinf_user.cli.plan import overrides_of
     from rlinf_user.config.compose import compose_config
@@ -150,7 +158,7 @@ def bench(name: str, args, work: Path) -> dict:
         for cand in cands:
             got = measure(sim, overrides, overrides_of(cand), args.seconds, args.warmup, work)
             if got.get("env_steps_per_s") is not None:
-                got["learning_rate"] = round(min(got["env_steps_per_s"], got["updates_per_s"] / u), 2)
+                got["learning_rate"] = learning_rate(got, pipe)
             print(json.dumps({"candidate": cand.label(), "repeat": rep, **got}), flush=True)
             runs[cand.label()].append(got)
     rows = []
@@ -159,7 +167,7 @@ def bench(name: str, args, work: Path) -> dict:
         got = runs[cand.label()]
         rates = [g["learning_rate"] for g in got if g.get("learning_rate") is not None]
         med = statistics.median(rates) if rates else None
-        predicted = min(pred.env_steps_per_s, pred.updates_per_s / u)
+        predicted = pred.env_steps_per_s if pipe.on_policy else min(pred.env_steps_per_s, pred.updates_per_s / u)
         rows.append({"candidate": cand.label(), "auto": cand == chosen, "predicted": pred.row(),
                      "predicted_learning_rate": round(predicted, 2), "measured_learning_rate_median": med,
                      "measured_learning_rates": rates,

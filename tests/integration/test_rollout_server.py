@@ -125,6 +125,32 @@ def test_out_of_device_memory_is_reported_with_the_batch_size_and_smaller_batche
     server.close()
 
 
+def test_a_frame_features_policy_is_served_on_the_maps_in_place_of_frames():
+    """policy.frame_features: workers send a camera's frozen-encoder maps, not its frames; the
+    server answers them as the policy in a worker would, and still refuses a missing camera."""
+    import asyncio
+
+    from rlinf_user.policies.frame_features import FrameFeaturizer, frame_feature_settings
+    from rlinf_user.runtime.serving.rollout_server import RolloutServer
+
+    cfg = compose_config(["policy=cnn", "policy.encoder=efficientnet", "policy.frame_features=true",
+                          "placement.rollout.enabled=true"], sim="gym_hil_pixels")  # fmt: skip
+    spec = EnvSpec(state_dim=6, cameras={"front": (128, 128)}, active_dims=(0, 1, 2))
+    server = RolloutServer(cfg, spec, None)
+    frames = np.random.default_rng(0).integers(0, 255, (3, 128, 128, 3), dtype=np.uint8)
+    raw = {"state": np.zeros((3, 6), np.float32), "images": {"front": frames}}
+    obs = FrameFeaturizer(frame_feature_settings(cfg)).observation(raw)
+    assert obs["images"] == {} and obs["features"]["front"].shape[0] == 3
+    actions, _, _ = asyncio.run(server.act(obs, True))
+    from rlinf_user.env.spec import obs_to_torch
+
+    local = server.policy.act(obs_to_torch(obs), deterministic=True).actions.numpy().reshape(actions.shape)
+    np.testing.assert_allclose(actions, local, atol=1e-5)  # what the policy in a worker does
+    with pytest.raises(ValueError, match="camera 'front' is missing"):
+        asyncio.run(server.act({"state": raw["state"], "images": {}}, True))
+    server.close()
+
+
 def test_bad_rollout_settings_are_named():
     from rlinf_user.config.compose import ConfigError
 

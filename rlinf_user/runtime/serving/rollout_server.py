@@ -80,8 +80,10 @@ class RolloutServer:
         value ...) per row, and the version that made them. ``min_version`` (synchronous
         on-policy rounds): answered by that version or a newer one, waiting for it."""
         n = batch_rows(obs)
+        features = obs.get(Col.FEATURES) or {}  # policy.frame_features: a camera's maps in place of its frames
         for k in self.spec.cameras:
-            if k not in obs[Col.IMAGES] or np.asarray(obs[Col.IMAGES][k]).shape[0] != n:
+            seen = obs[Col.IMAGES].get(k) if k in obs[Col.IMAGES] else features.get(k)
+            if seen is None or np.asarray(seen).shape[0] != n:
                 raise ValueError(f"rollout: camera {k!r} is missing or has a different batch size than state ({n})")
         if np.asarray(obs[Col.STATE]).shape[1:] != (self.spec.state_dim,):
             raise ValueError(
