@@ -312,9 +312,18 @@ class Profiler:
                      Col.TRUNCATED: np.zeros(n, np.float32), Col.POLICY_VERSION: np.zeros(n, np.int64),
                      Col.INTERVENTION: np.zeros(n, bool), Col.ENV_ID: np.zeros(n, np.int64),
                      Col.STEP: np.arange(n, dtype=np.int64)})  # fmt: skip
-        for k in getattr(plan, "extras", ()) or ():
-            width = int(np.prod(getattr(policy, "noise_shape", (1,))))
-            cols[k] = np.zeros((n, width), np.float32)
+        extras = tuple(getattr(plan, "extras", ()) or ())
+        if extras:  # the policy's own extras (a noise, an embedding) on a few rows, repeated
+            import torch
+
+            from rlinf_user.env.spec import obs_to_torch
+
+            few = stack_obs(singles[: min(8, n)])
+            with torch.no_grad():
+                out = policy.act(obs_to_torch(few), deterministic=False).extras
+            for k in extras:
+                v = np.asarray(out[k].float().numpy() if hasattr(out[k], "numpy") else out[k], np.float32)
+                cols[k] = v[np.arange(n) % len(v)]
         return cols
 
     def _transport(self, rows: dict[str, np.ndarray], batch: int):
@@ -365,7 +374,8 @@ class Profiler:
                 learner = Learner(cfg, spec, run_dir)
                 try:
                     while learner._buffer_size() < max(batch, 2 * send):
-                        learner.add(chunk)
+                        if not learner.add(chunk):
+                            raise RuntimeError("the learner's replay refused the profile's rows (its log says why)")
                     if device == "cpu":
                         ingest.wall[send], ingest.cpu[send] = _timed(lambda lr=learner: lr.add(chunk), 0.2, max_reps=50)
                     learner.train(2, 10**9)
