@@ -84,7 +84,9 @@ class Costs:
     act: dict[str, Curve] = field(default_factory=dict)  # the policy's act on B observations, by device
     row: Curve = field(default_factory=Curve)  # a worker's write and send of B rows (its side)
     store: Curve = field(default_factory=Curve)  # the buffer's side of storing B rows
-    update: dict[str, Curve] = field(default_factory=dict)  # one learner update (sampling included), by device
+    # one learner update (sampling included), by device; "<device>_beside_worker": the same
+    # while a real env worker steps in its own process beside it (the cores and caches shared)
+    update: dict[str, Curve] = field(default_factory=dict)
     sample_transfer: Curve = field(default_factory=Curve)  # a batch from the replay actor (disaggregated), by B
     call_s: float = 0.0  # one actor call's fixed cost (a rollout call, a request to the rollout server)
     request: Curve = field(default_factory=Curve)  # a request to the rollout server for E observations, alone
@@ -204,7 +206,8 @@ def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
     e, w, h = c.envs_per_worker, c.workers, max(1, pipe.horizon)
     step_wall, step_cpu = _worker_step(costs, pipe, c)
     u = max(pipe.utd_ratio, 1e-9)
-    upd = costs.update[c.learner_device]
+    # the learner's update as it runs beside the workers (measured so where profiled)
+    upd = costs.update.get(f"{c.learner_device}_beside_worker") or costs.update[c.learner_device]
     upd_wall, upd_cpu = upd.wall_s(pipe.batch_size), upd.cpu_s(pipe.batch_size)
     if c.mode == "disaggregated":  # the batch comes from the replay actor, fetched while it updates
         upd_wall = max(upd_wall, costs.sample_transfer.wall_s(pipe.batch_size))
@@ -274,7 +277,7 @@ def candidates(costs: Costs, pipe: Pipeline, *, max_envs: int = 16, served: bool
     two; the rollout server off, and on where there is more than one worker to batch
     (``served``: the policy can be served); each device present for the learner and act."""
     devices = ["cpu"] + (["cuda"] if costs.gpus > 0 else [])
-    learner_devices = [d for d in devices if d in costs.update] or ["cpu"]
+    learner_devices = [d for d in devices if d in costs.update] or ["cpu"]  # (not "cpu_beside_worker")
     act_devices = [d for d in devices if d in costs.act] or ["cpu"]
     if pipe.robots:
         worker_counts, env_counts = [pipe.robots], [1]

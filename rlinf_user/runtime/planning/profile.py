@@ -383,10 +383,39 @@ class Profiler:
                     while done < 4 or time.perf_counter() - t0 < share * 2 / (2 if gpus else 1):
                         done += int(learner.train(TRAIN_CALL_UPDATES // 5, 10**9)["updates"])
                     curve = Curve({batch: (time.perf_counter() - t0) / done}, {batch: (time.process_time() - c0) / done})
+                    if device == "cpu":  # and with a real env worker stepping beside it, as in a run
+                        beside = self._beside_a_worker(lambda lr=learner: lr.train(TRAIN_CALL_UPDATES // 5, 10**9),
+                                                       share)  # fmt: skip
+                        out["cpu_beside_worker"] = Curve({batch: beside[0]}, {batch: beside[1]})
                 finally:
                     learner.close()
             out[device] = curve
         return out, ingest
+
+    def _beside_a_worker(self, train: Callable[[], dict], share: float) -> tuple[float, float]:
+        """(wall, CPU) seconds per update of ``train`` calls while the real env worker runs
+        its rollouts in its own process beside them: what the cores' and caches' sharing
+        costs an update (on 2 vCPUs of one physical core, an update took 1.2-1.9x its time
+        alone inside the runs of ``benchmarks/bench_placement.py``)."""
+        import ray
+
+        from rlinf_user.runtime.rollout.env_worker import EnvWorker
+
+        sink = _sink_class().options(num_cpus=0).remote()
+        worker = ray.remote(EnvWorker).options(num_cpus=0).remote(self.cfg, worker_id=0, sink=sink,
+                                                                  seed=int(self.cfg.seed))  # fmt: skip
+        try:
+            ray.get(worker.rollout.remote(10))  # started and stepping: its start-up is not the cost
+            calls = [worker.rollout.remote(ROLLOUT_STEPS) for _ in range(2)]
+            t0, c0, done = time.perf_counter(), time.process_time(), 0
+            while done < 4 or time.perf_counter() - t0 < share:
+                done += int(train()["updates"])
+                ready, calls = ray.wait(calls, timeout=0)
+                calls += [worker.rollout.remote(ROLLOUT_STEPS) for _ in ready]  # two always queued
+            return (time.perf_counter() - t0) / done, (time.process_time() - c0) / done
+        finally:
+            ray.kill(worker)
+            ray.kill(sink)
 
     def _rounds(self, spec, plan, share: float, gpus: int) -> dict[str, Curve]:
         """On-policy: the real learner's update on one round of the real env worker's rows
