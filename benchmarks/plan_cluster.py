@@ -3,8 +3,9 @@ each, 10 Hz) and one box with 8 H100s.
 
 Nothing here runs a robot or a GPU. The costs are measured ones, put together:
 
-* the robot side (the policy's act on one observation, on a robot PC's CPU) from this
-  machine's profiles in ``results/placement_auto.json`` (``bench_placement.py``), assuming
+* the robot side (the policy's act on one observation, on a robot PC's CPU; the rows' send)
+  from this machine's profiles in ``results/placement_auto.json`` (``bench_placement.py``:
+  the pixel pick's, and the state pick's for DSRL's small noise actor and critics), assuming
   a robot PC's core is as fast as one of these;
 * the GPU side from the committed H100 figures: an image-SAC update on frame features
   (``results/image_learner_gpu.json``) and pi0's chunk latency by batch
@@ -85,7 +86,9 @@ def main() -> None:
                 f"4 robots give {ROBOTS * HZ:g} env steps/s; an H100 update on frame features takes {upd * 1000:.1f} ms "
                 f"({1 / upd:.0f} updates/s), so UTD {utd:g} asks {utd * ROBOTS * HZ:g} updates/s of one learner",
             ))  # fmt: skip
-    vla = cpu_costs("vla_dsrl")
+    # the robot side's calls and the noise actor's update: an MLP SAC update at batch 256 as
+    # profiled for the state pick (DSRL's actor and critics are MLPs of that size)
+    vla = cpu_costs("pick_rlpd")
     chunk = pi0_chunk()
     for horizon in (10, 50):
         c = robot_costs(vla)
