@@ -9,57 +9,40 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import time
 
 import pytest
+from cluster_runs import cluster_run, wait_for
 
 from rlinf_user.config.compose import compose_config, validate
 from rlinf_user.rundir import create_run_dir
 from rlinf_user.runtime.orchestration.trainer import Trainer
 
 
-def wait_for(cond, timeout: float, what: str, thread=None) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if thread is not None and not thread.is_alive():
-            raise AssertionError(f"the run ended while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_roles_follow_node_groups_and_robots_leave_and_rejoin(tmp_path):
-    import ray
     from ray.cluster_utils import Cluster
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "resources": {"gpu_box": 1}})
     pc_a = cluster.add_node(num_cpus=1, resources={"robot_a": 1})
     pc_b = cluster.add_node(num_cpus=1, resources={"robot_b": 1})
-    ray.init(address=cluster.address, log_to_driver=False)
     head = cluster.head_node.node_id
-    trainer = None
-    try:
-        cfg = compose_config(
-            [
-                "placement=disaggregated", "+placement.groups.gpu_box={gpu_box: 1}", "placement.learner.group=gpu_box",
-                "placement.buffer.group=gpu_box", "placement.eval_worker={num_cpus: 1, group: gpu_box}",
-                "fleet=[{name: pick, resources: {robot_a: 1}}, "
-                "{name: boxes, resources: {robot_b: 1}, env: {task: PandaArrangeBoxes}}]",
-                "env.max_episode_steps=40", "total_env_steps=2800", "algo.learning_starts=400", "algo.batch_size=64",
-                "policy.hidden=[64,64]", "eval_every_steps=100000", "eval_episodes=1", "buffer.chunk_steps=25",
-                f"run_root={tmp_path}", "run_name=fleet", "progress=false",
-            ],
-            sim="gym_hil",
-        )  # fmt: skip
-        validate(cfg)
-        trainer = Trainer(cfg, create_run_dir(cfg))
-        result: dict = {}
-        thread = threading.Thread(target=lambda: result.setdefault("p", trainer.run()), daemon=True)
-        thread.start()
+    cfg = compose_config(
+        [
+            "placement=disaggregated", "+placement.groups.gpu_box={gpu_box: 1}", "placement.learner.group=gpu_box",
+            "placement.buffer.group=gpu_box", "placement.eval_worker={num_cpus: 1, group: gpu_box}",
+            "fleet=[{name: pick, resources: {robot_a: 1}}, "
+            "{name: boxes, resources: {robot_b: 1}, env: {task: PandaArrangeBoxes}}]",
+            "env.max_episode_steps=40", "total_env_steps=2800", "algo.learning_starts=400", "algo.batch_size=64",
+            "policy.hidden=[64,64]", "eval_every_steps=100000", "eval_episodes=1", "buffer.chunk_steps=25",
+            f"run_root={tmp_path}", "run_name=fleet", "progress=false",
+        ],
+        sim="gym_hil",
+    )  # fmt: skip
+    validate(cfg)
+    with cluster_run(cluster, lambda: Trainer(cfg, create_run_dir(cfg))) as run:
+        trainer, thread = run.trainer, run.thread
 
         def steps(name: str) -> int:
             return trainer.progress.members.get(name, {}).get("env_steps", 0)
@@ -73,14 +56,7 @@ def test_roles_follow_node_groups_and_robots_leave_and_rejoin(tmp_path):
         assert steps("boxes") <= boxes_then + 2 * 100  # at most its in-flight chunks
         pc_b2 = cluster.add_node(num_cpus=1, resources={"robot_b": 1})  # a node offers robot b again
         wait_for(lambda: steps("boxes") >= boxes_then + 300, 300, "member boxes back", thread)
-        thread.join(timeout=600)
-        assert not thread.is_alive() and "p" in result
-        summary = json.loads((trainer.run_dir / "eval" / "summary.json").read_text())
-    finally:
-        if trainer is not None:
-            trainer.close()
-        ray.shutdown()
-        cluster.shutdown()
+        summary = run.finish()
     where = summary["placement"]
     assert where["learner"] == head and where["replay"] == head  # the GPU-box group
     assert where["members"]["pick"] == [pc_a.node_id]  # each robot's worker on its own PC

@@ -49,11 +49,8 @@ def test_dsrl_steers_a_cloned_flow_policy_past_its_clone(tmp_path):
     assert noise.shape[1] == 3 and np.abs(noise).max() <= 1.0 and len(noise) >= summary["env_steps"] - 100
 
 
-@pytest.mark.timeout(300)
-def test_a_paced_chunk_policy_reaches_its_first_batch(tmp_path):
-    """A chunk is one row, so a batch of 128 rows of chunks of 4 takes 512 env steps: pacing
-    lets the workers collect it (it held them at about 150 env steps, waiting for updates
-    that could not start, and the run crawled at under one env step a second)."""
+def tiny_pi0_base(run):
+    """A tiny pi0 for reach acting in chunks of 4 (untrained), saved as ``run``'s best.pt."""
     pytest.importorskip("transformers")
     from rlinf_user.env.spec import EnvSpec
     from rlinf_user.policies.base import build_policy
@@ -63,9 +60,18 @@ def test_a_paced_chunk_policy_reaches_its_first_batch(tmp_path):
     spec = EnvSpec.of_env(env)
     env.close()
     torch.manual_seed(0)
-    (tmp_path / "base" / "checkpoints").mkdir(parents=True)
-    torch.save({"policy": build_policy(cfg.policy, spec).state_dict(), "spec": spec.to_dict()},
-               tmp_path / "base" / "checkpoints" / "best.pt")  # fmt: skip
+    base = build_policy(cfg.policy, spec)
+    (run / "checkpoints").mkdir(parents=True)
+    torch.save({"policy": base.state_dict(), "spec": spec.to_dict()}, run / "checkpoints" / "best.pt")
+    return base
+
+
+@pytest.mark.timeout(300)
+def test_a_paced_chunk_policy_reaches_its_first_batch(tmp_path):
+    """A chunk is one row, so a batch of 128 rows of chunks of 4 takes 512 env steps: pacing
+    lets the workers collect it (it held them at about 150 env steps, waiting for updates
+    that could not start, and the run crawled at under one env step a second)."""
+    tiny_pi0_base(tmp_path / "base")
     assert main(["train", "--sim", "reach", "algo=dsrl", "policy=pi0", "policy.horizon=4",
                  f"algo.base_checkpoint={tmp_path / 'base'}", "algo.noise_hidden=[32,32]", "algo.batch_size=128",
                  "algo.paced=true", "total_env_steps=1200", "eval_every_steps=100000", "eval_at_start=false",
@@ -80,19 +86,9 @@ def test_the_base_embedding_reaches_a_replay_actor_and_updates(tmp_path):
     (``placement=disaggregated``): the acting policy sends ``obs/embedding`` with each row,
     the replay actor builds the base and adds ``next_obs/embedding``, nothing is rejected
     and the learner updates on them."""
-    pytest.importorskip("transformers")
     from rlinf_user.data.record_log import RecordLog
-    from rlinf_user.env.spec import EnvSpec
-    from rlinf_user.policies.base import build_policy
 
-    cfg = compose_config(["policy=pi0", "policy.horizon=4"], sim="reach")
-    env = make_env(cfg.env, seed=0)
-    spec = EnvSpec.of_env(env)
-    env.close()
-    torch.manual_seed(0)
-    base = build_policy(cfg.policy, spec)
-    (tmp_path / "base" / "checkpoints").mkdir(parents=True)
-    torch.save({"policy": base.state_dict(), "spec": spec.to_dict()}, tmp_path / "base" / "checkpoints" / "best.pt")
+    base = tiny_pi0_base(tmp_path / "base")
     assert main(["train", "--sim", "reach", "algo=dsrl", "policy=pi0", "policy.horizon=4",
                  f"algo.base_checkpoint={tmp_path / 'base'}", "algo.noise_hidden=[32,32]", "algo.batch_size=32",
                  "algo.noise_encoder.encoder=base", "placement=disaggregated", "algo.paced=true",

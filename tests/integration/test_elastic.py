@@ -6,28 +6,17 @@ reached the replay stays there, and SAC still reaches its target on the reach si
 
 from __future__ import annotations
 
-import json
 import os
-import threading
 import time
 
 import pytest
+from cluster_runs import cluster_run, wait_for
 
 from rlinf_user.config.compose import ConfigError, compose_config, validate
 from rlinf_user.rundir import create_run_dir
 from rlinf_user.runtime.orchestration.trainer import Trainer
 
 TARGET = 0.9
-
-
-def wait_for(cond, timeout: float, what: str, thread) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if not thread.is_alive():
-            raise AssertionError(f"the run ended while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.25)
 
 
 def reach_cfg(tmp_path, *extra):
@@ -50,21 +39,15 @@ def test_max_env_workers_is_checked_where_it_is_set(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_node_that_joins_gets_a_worker_and_one_that_leaves_loses_nothing_sent(tmp_path):
-    import ray
     from ray.cluster_utils import Cluster
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     # the head: learner 1 + env worker 1 + eval worker 1 + weight store 0.1 CPUs, nothing spare
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4})
-    ray.init(address=cluster.address, log_to_driver=False)
-    trainer = None
-    try:
-        cfg = reach_cfg(tmp_path, "placement.max_env_workers=2")
-        validate(cfg)
-        trainer = Trainer(cfg, create_run_dir(cfg))
-        result: dict = {}
-        thread = threading.Thread(target=lambda: result.setdefault("p", trainer.run()), daemon=True)
-        thread.start()
+    cfg = reach_cfg(tmp_path, "placement.max_env_workers=2")
+    validate(cfg)
+    with cluster_run(cluster, lambda: Trainer(cfg, create_run_dir(cfg))) as run:
+        trainer, thread = run.trainer, run.thread
         wait_for(lambda: trainer.progress.env_steps >= 1000, 300, "the first worker stepping", thread)
         assert len(trainer.pool.slots) == 1  # no spare CPU: no worker was added
         node = cluster.add_node(num_cpus=1)  # a node joins the running job
@@ -80,14 +63,7 @@ def test_a_node_that_joins_gets_a_worker_and_one_that_leaves_loses_nothing_sent(
         wait_for(lambda: [e for e in trainer.pool.events if e["event"] == "leave"], 120, "the worker retired", thread)
         assert added.status == "retired" and trainer.pool.slots[0].status == "running"
         wait_for(lambda: trainer.progress.updates >= updates_then + 200, 300, "the learner going on", thread)
-        thread.join(timeout=600)
-        assert not thread.is_alive() and "p" in result
-        summary = json.loads((trainer.run_dir / "eval" / "summary.json").read_text())
-    finally:
-        if trainer is not None:
-            trainer.close()
-        ray.shutdown()
-        cluster.shutdown()
+        summary = run.finish()
     events = summary["elastic"]
     join, leave = events[0], events[1]
     assert (join["event"], leave["event"]) == ("join", "leave") and join["worker"] == leave["worker"] == 1
