@@ -168,6 +168,9 @@ class Trainer(Supervision):
         self._own_eval_worker = None
         if self.members[0].env.kind != "robot":
             self._own_eval_worker = self._new_eval_worker()
+            if self.pool.max_workers > len(self.pool.slots):  # elastic: its CPU is the run's, not a spare one
+                self._check_started(self._own_eval_worker, "the evaluation worker")
+        self.pool.growing = True  # every role of the run is placed: free CPUs are free now
         if self.cfg.resume:
             log.info("replay after restore: %s", ray.get(self.learner.replay_stats.remote()))
 

@@ -86,6 +86,7 @@ class WorkerPool:
         self._last_check = 0.0
         fixed = sum(m.workers for m in members)
         self.max_workers = max(fixed, int(cfg.placement.get("max_env_workers", 0) or 0)) if len(members) == 1 else fixed
+        self.growing = False  # set once every role of the run is placed (their CPUs are not spare)
         self.events: list[dict[str, Any]] = []  # elastic joins and leaves, timed
         self._nodes: dict[str, float] = {}  # alive node -> when it was first seen
 
@@ -243,7 +244,7 @@ class WorkerPool:
                 self._spawn(slot)
                 log.info("fleet member %s (worker %d): its node is up; starting", slot.member.name, slot.index)
                 started.append(slot)
-        if self.max_workers > len(self.slots) - sum(s.status == "retired" for s in self.slots):
+        if self.growing and self.max_workers > len(self.slots) - sum(s.status == "retired" for s in self.slots):
             started += self._grow()
         return started
 
