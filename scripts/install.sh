@@ -43,9 +43,32 @@ fi
 
 bash scripts/install_system_deps.sh
 
-if [ ! -x .venv/bin/python ]; then
+# A virtualenv with pip in it. Where the interpreter's own bootstrap (ensurepip) fails, the
+# venv is made without pip and pip is installed into it by the interpreter's pip, then by a
+# standalone uv; what each step printed is shown, and nothing half-made is left behind.
+make_venv() {
+  "$PYTHON" -m venv .venv >"$work/venv.log" 2>&1 && return 0
+  echo "[rlinf-user] '$PYTHON -m venv' failed; trying without ensurepip:" >&2
+  sed 's/^/  /' "$work/venv.log" >&2
+  rm -rf .venv
+  if "$PYTHON" -m venv --without-pip .venv >"$work/venv.log" 2>&1 &&
+    "$PYTHON" -m pip --python .venv/bin/python install -qq pip >>"$work/venv.log" 2>&1; then
+    return 0
+  fi
+  sed 's/^/  /' "$work/venv.log" >&2
+  rm -rf .venv
+  echo "[rlinf-user] trying a venv made by uv" >&2
+  "$PYTHON" -m pip install -qq --target "$work/uv" uv &&
+    "$work/uv/bin/uv" venv -q --seed --python "$PYTHON" .venv && return 0
+  rm -rf .venv
+  echo "[rlinf-user] could not create .venv with $PYTHON" >&2
+  return 1
+}
+
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
   echo "[rlinf-user] creating .venv"
-  "$PYTHON" -m venv .venv
+  rm -rf .venv
+  make_venv
 fi
 # uv where it can be had, else pip (scripts/pkg_install.sh); errors only
 source scripts/pkg_install.sh
