@@ -7,6 +7,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -82,6 +83,8 @@ class StateNormalizer(nn.Module):
 class StateEncoder(nn.Module):
     """The (normalised) state vector."""
 
+    cameras: tuple[str, ...] = ()  # reads no frame: an update augments none
+
     def __init__(self, state_dim: int):
         super().__init__()
         self.out_dim = state_dim
@@ -146,6 +149,8 @@ class EmbeddingEncoder(nn.Module):
     layer-normalised without learned scale: ``algo=dsrl``'s noise actor and critics
     reading what the VLA they steer already understood of the images and the instruction
     (``algo.noise_encoder.encoder=base``)."""
+
+    cameras: tuple[str, ...] = ()  # the frames reach it only through the base's embedding
 
     def __init__(self, state_dim: int, embedding_dim: int):
         super().__init__()
@@ -251,12 +256,15 @@ class InstructionConditioned(nn.Module):
         texts = obs.get(Col.INSTRUCTION)
         if texts is None:
             raise ValueError("this policy's encoder reads the observation's instruction, and the batch carries none")
+        # a batch holds a handful of distinct instructions: each is hashed and bagged once
+        unique, inverse = np.unique(np.asarray(texts, dtype=object).astype(str), return_inverse=True)
         ids, offsets = [], []
-        for text in texts:
+        for text in unique:
             offsets.append(len(ids))
-            ids += [zlib.crc32(w.encode()) % self.buckets for w in str(text).lower().split()] or [0]
+            ids += [zlib.crc32(w.encode()) % self.buckets for w in text.lower().split()] or [0]
         dev = feats.device
         words = self.words(torch.tensor(ids, device=dev), torch.tensor(offsets, device=dev))
+        words = words[torch.as_tensor(inverse.reshape(-1), device=dev)]
         return torch.cat([feats, words.to(feats.dtype)], dim=-1)
 
     def __getattr__(self, name: str):  # the inner encoder's parts (norm, with_maps, cameras)

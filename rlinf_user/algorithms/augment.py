@@ -33,7 +33,25 @@ def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
     return out.round().clamp(0, 255).to(images.dtype) if images.dtype == torch.uint8 else out
 
 
-def augment_obs(obs: dict, pad: int) -> dict:
+def augment_obs(obs: dict, pad: int, cameras=None) -> dict:
+    """``obs`` with its frames shifted; only ``cameras`` where given (the frames an encoder
+    reads: an encoder of the state, or of a frozen base's embedding, reads none)."""
     if pad <= 0 or not obs.get(Col.IMAGES):
         return obs
-    return {**obs, Col.IMAGES: {k: random_shift(v, pad) for k, v in obs[Col.IMAGES].items()}}
+    images = obs[Col.IMAGES]
+    if cameras is not None:
+        if not cameras:
+            return obs
+        return {**obs, Col.IMAGES: {k: random_shift(v, pad) if k in cameras else v for k, v in images.items()}}
+    return {**obs, Col.IMAGES: {k: random_shift(v, pad) for k, v in images.items()}}
+
+
+def encoder_cameras(*encoders) -> tuple[str, ...] | None:
+    """The cameras these encoders read (None: one of them does not say, so every frame)."""
+    out: set[str] = set()
+    for enc in encoders:
+        cams = getattr(enc, "cameras", None)
+        if cams is None:
+            return None
+        out.update(cams)
+    return tuple(sorted(out))

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from rlinf_user.algorithms.augment import augment_obs
+from rlinf_user.algorithms.augment import augment_obs, encoder_cameras
 from rlinf_user.algorithms.base import Algorithm, ReplayPlan
 from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.actor_critic import CriticEnsemble, mlp
@@ -162,8 +162,9 @@ class IQL(Algorithm):
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         cfg = self.cfg
-        obs = augment_obs(batch[Col.OBS], cfg.drq_pad)
-        next_obs = augment_obs(batch[Col.NEXT_OBS], cfg.drq_pad)
+        cams = encoder_cameras(self.policy.encoder)
+        obs = augment_obs(batch[Col.OBS], cfg.drq_pad, cams)
+        next_obs = augment_obs(batch[Col.NEXT_OBS], cfg.drq_pad, cams)
         action = batch[Col.ACTION]
         feats = self.policy.encoder(obs)
         with torch.no_grad():

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlinf_user.algorithms.augment import augment_obs
+from rlinf_user.algorithms.augment import augment_obs, encoder_cameras
 from rlinf_user.algorithms.base import Algorithm, ReplayPlan
 from rlinf_user.algorithms.sac_config import CrossQConfig, RLPDConfig, SACConfig, SACFlowConfig
 from rlinf_user.env.spec import Col, EnvSpec
@@ -121,6 +121,7 @@ class SAC(Algorithm):
         # the critics' encoder: the policy's own (shared) or a copy trained by the critic loss alone
         self.critic_encoder = policy.encoder if self.shared_encoder else copy.deepcopy(policy.encoder)
         self.target_encoder = None if self.crossq else copy.deepcopy(self.critic_encoder).requires_grad_(False)
+        self.augmented = encoder_cameras(policy.encoder, self.critic_encoder)  # the frames DrQ shifts
         self.log_alpha = nn.Parameter(torch.tensor(float(algo_cfg.init_temperature)).log())
         self.target_entropy = (
             algo_cfg.target_entropy if algo_cfg.target_entropy is not None else -width / 2.0
@@ -291,8 +292,8 @@ class SAC(Algorithm):
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One critic update (and an actor/temperature update every ``actor_update_every``)."""
-        obs = augment_obs(batch[Col.OBS], self.cfg.drq_pad)
-        next_obs = augment_obs(batch[Col.NEXT_OBS], self.cfg.drq_pad)
+        obs = augment_obs(batch[Col.OBS], self.cfg.drq_pad, self.augmented)
+        next_obs = augment_obs(batch[Col.NEXT_OBS], self.cfg.drq_pad, self.augmented)
         with_maps = getattr(self.policy.encoder, "with_maps", None)
         if with_maps is not None:  # a frozen backbone runs once per update, not once per encoder that reads it
             obs, next_obs = with_maps(obs, next_obs)

@@ -174,6 +174,28 @@ def test_random_shift_is_an_integer_translation_of_the_padded_frame(hw):
     assert len({tuple(o) for o in offset.tolist()}) > 1
 
 
+def test_an_update_shifts_only_the_frames_its_encoders_read(monkeypatch):
+    """DrQ shifts the frames the actor's and critics' encoders read: a state-only encoder
+    (or a frozen base's embedding, DSRL's encoder=base) reads none, so none is shifted;
+    a CNN's camera is."""
+    from rlinf_user.algorithms import augment
+
+    shifted = []
+    real = augment.random_shift
+    monkeypatch.setattr(augment, "random_shift", lambda v, pad: shifted.append(v.shape) or real(v, pad))
+    cams = {"top": (16, 16)}
+    state_only = SAC(compose_config(["algo=sac", "policy.hidden=[32,32]"]).algo,
+                     compose_config(["policy.encoder=mlp"]).policy, 5, cams, 7)  # fmt: skip
+    assert state_only.augmented == ()
+    state_only.update(_batch(cameras=cams))
+    assert shifted == []
+    cfg = compose_config(["algo=sac", "policy.encoder=cnn", "policy.encoder_channels=[8]", "policy.hidden=[32,32]"])
+    cnn = SAC(cfg.algo, cfg.policy, 5, cams, 7)
+    assert cnn.augmented == ("top",)
+    cnn.update(_batch(cameras=cams))
+    assert shifted and all(s[1:3] == (16, 16) for s in shifted)
+
+
 def test_ensemble_linear_members_independent():
     layer = EnsembleLinear(3, 4, 2)
     x = torch.randn(5, 4)
