@@ -85,8 +85,4 @@ def choose_placement(cfg, console) -> dict:
 
 def overrides_of(c) -> list[str]:
     """The command-line overrides that set candidate ``c``."""
-    p = c.placement()
-    return [f"placement={p['mode']}", f"placement.num_env_workers={p['num_env_workers']}",
-            f"placement.envs_per_worker={p['envs_per_worker']}", f"placement.rollout.enabled={str(c.rollout).lower()}",
-            *([f"placement.rollout.device={c.act_device}"] if c.rollout else []),
-            f"placement.learner_device={c.learner_device}"]  # fmt: skip
+    return c.overrides()

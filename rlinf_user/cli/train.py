@@ -82,6 +82,16 @@ def print_summary(console, s: dict, run_dir) -> None:
     if test:
         table.add_row(f"[bold]kept policy on the test seeds[/] ({test['policy']}, v{test['policy_version']})",
                       describe_eval(test))
+    drift = s.get("placement_drift") or {}
+    if drift.get("windows"):
+        table.add_row("placement=auto: measured / predicted throughput",
+                      f"median {drift['median_ratio']:.2f} over {len(drift['windows'])} windows "
+                      f"({drift['drifted_windows']} off by more than 20%)")  # fmt: skip
+    for d in s.get("placement_replans") or []:
+        restart = f"; a restart with {' '.join(d['restart']['overrides'])} is predicted faster" if d["restart"] else ""
+        table.add_row(f"re-planned at {d['at_s']:.0f} s ({d['reason']})",
+                      f"{d['workers']['from']} -> {d['workers']['to']} env workers, predicted "
+                      f"{d['predicted']['env_steps_per_s']} env steps/s (limited by {d['predicted']['bottleneck']}){restart}")
     table.add_row("latest checkpoint", str(s["checkpoint"]))
     console.print(table)
     which = "best" if best else "latest"

@@ -6,8 +6,9 @@ give the measured rates; the rate learning gets at the algorithm's update-to-dat
 (the smaller of env steps/s and updates/s over that ratio) is compared with the predicted
 one. A window off by more than ``tolerance`` (20%) is a drift: logged once per window with
 both figures, and kept in ``eval/summary.json`` (``placement_drift``), with the ratio of
-every window. Where the workers are the bottleneck and the cluster gained CPUs, elastic
-workers (``placement.max_env_workers``) are what acts on it; the placement's mode is kept.
+every window. A drifted window is what re-plans the run from its own measured costs
+(:mod:`rlinf_user.runtime.planning.replan`): its env workers are added or retired, and a
+better placement that needs a restart is advised; the placement's mode is kept.
 """
 
 from __future__ import annotations
@@ -32,13 +33,17 @@ class DriftWatch:
         self.windows: list[dict[str, float]] = []
         self._start: tuple[float, int, int] | None = None
 
+    @staticmethod
+    def plan_of(run_dir: Path) -> dict[str, Any] | None:
+        """The plan ``placement=auto`` kept beside the run's config (None: placed by hand)."""
+        path = Path(run_dir) / "plan.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
     @classmethod
     def of_run(cls, run_dir: Path, utd_ratio: float | None, **kw) -> DriftWatch | None:
         """The watch of a run whose placement was chosen by ``placement=auto`` (None: chosen by hand)."""
-        path = Path(run_dir) / "plan.json"
-        if not path.exists():
-            return None
-        return cls(json.loads(path.read_text())["predicted"], utd_ratio, **kw)
+        plan = cls.plan_of(run_dir)
+        return None if plan is None else cls(plan["predicted"], utd_ratio, **kw)
 
     def tick(self, wall_s: float, env_steps: int, updates: int, now: float | None = None) -> dict[str, float] | None:
         """Called as the run goes on; a finished window's figures (None: none finished now)."""
@@ -62,6 +67,12 @@ class DriftWatch:
             log.warning("placement=auto: measured %.1f env steps/s at the update-to-data ratio, predicted %.1f (%+.0f%%, "
                         "more than %.0f%% off)", measured, self.predicted, 100 * (ratio - 1), 100 * self.tolerance)  # fmt: skip
         return window
+
+    def repredict(self, score: float) -> None:
+        """A re-plan's prediction (env steps/s at the update-to-data ratio): what the next
+        windows are measured against, from now."""
+        self.predicted = float(score)
+        self._start = None
 
     def summary(self) -> dict[str, Any]:
         ratios = [w["ratio"] for w in self.windows]

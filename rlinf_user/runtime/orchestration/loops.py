@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 ROLLOUT_STEPS = 100
 ROLLOUTS_IN_FLIGHT = 2
 TRAIN_CALL_UPDATES = 50
+RESIZE_CHECK_S = 2.0  # how often placement=auto looks at the cluster's CPUs
 
 
 class Schedule:
@@ -41,6 +42,7 @@ class Schedule:
         self.next_ckpt = p.env_steps + cfg.checkpoint_every_steps
         self.last_report, self.last_steps, self.last_updates, self.last_t = 0.0, p.env_steps, p.updates, time.monotonic()
         self.eval_call = None
+        self.last_resize_check = time.monotonic()
         self.eval_steps = None  # env steps when the running evaluation began (None: book it at now's)
         if cfg.get("eval_at_start", False) and not cfg.resume and tr.eval_worker is not None:
             # the starting policy (fresh, or the checkpoint being fine-tuned): the evaluation
@@ -97,7 +99,12 @@ class Schedule:
             )  # fmt: skip
             tr.on_progress(p)
         if tr.drift is not None:
-            tr.drift.tick(p.wall, p.env_steps, p.updates)
+            window = tr.drift.tick(p.wall, p.env_steps, p.updates)
+            if window is not None:
+                tr.replan(window["drift"], p.wall)
+        if tr.replanner is not None and now - self.last_resize_check > RESIZE_CHECK_S:
+            self.last_resize_check = now
+            tr.replan(None, p.wall)  # a node joined or left: re-planned on the cluster's CPUs
         if cfg.target_success is not None and (p.eval_success or 0.0) >= cfg.target_success:
             return f"evaluation success {p.eval_success:.2f} >= target {cfg.target_success}"
         if cfg.max_wall_minutes is not None and p.wall > 60 * cfg.max_wall_minutes:
@@ -133,6 +140,8 @@ def _learner_metrics(tr, m: dict[str, Any] | None) -> None:
         return
     p = tr.progress
     p.updates, p.version = m["num_updates"], m["version"]
+    if tr.replanner is not None:
+        tr.replanner.observe_train(m)
     if m["updates"]:
         scalars = {k: v for k, v in m.items() if isinstance(v, float)}
         if isinstance(m.get("seconds"), float):  # a train call's time per update, as it ran beside the rest
@@ -222,6 +231,8 @@ def streaming_loop(tr, sched: Schedule) -> str:
                 try:
                     r = ray.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.OutOfMemoryError) as err:
+                    if gen == slot.generation and slot.status == "retiring":
+                        pool.retire(slot, f"re-planned (its last rollout failed: {root_cause(err)})")
                     if gen != slot.generation or slot.status != "running":
                         continue  # a queued call of a worker already replaced
                     if _worker_failed(tr, slot, err):
@@ -229,14 +240,23 @@ def streaming_loop(tr, sched: Schedule) -> str:
                     continue
                 pool.note(slot, r)
                 tr.record.book_rollout(r, i == 0)
+                if tr.replanner is not None:
+                    tr.replanner.observe_rollout(r)
                 if r.get("rollout_lost"):
                     tr._rollout_lost()
                 queued = sum(1 for j, _ in rollout_calls.values() if j == i)
+                if slot.status == "retiring":  # re-planned away: retired once nothing of it is in flight
+                    if not queued:
+                        pool.retire(slot)
+                    continue
                 if p.env_steps + queued * steps_per_call < cfg.total_env_steps:
                     if behind():
                         waiting.add(i)
                     else:
                         rollout_calls[rollout(slot)] = (i, slot.generation)
+        for i in [i for i in waiting if pool.slots[i].status == "retiring"]:  # nothing of it in flight
+            waiting.discard(i)
+            pool.retire(pool.slots[i])
         if waiting and not behind():
             for i in waiting:
                 if pool.slots[i].status == "running" and p.env_steps < cfg.total_env_steps:

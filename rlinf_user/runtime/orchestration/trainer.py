@@ -53,8 +53,38 @@ class Trainer(Supervision):
         self.on_policy = self.data_plan.data_mode == ON_POLICY
         self.record = RunRecord(self.run_dir, bool(cfg.intervention.enabled), len(cfg.fleet or []) > 1)
         from rlinf_user.runtime.orchestration.drift import DriftWatch
+        from rlinf_user.runtime.planning.replan import Replanner
 
         self.drift = DriftWatch.of_run(self.run_dir, None if self.on_policy else float(self.data_plan.utd_ratio))
+        plan = DriftWatch.plan_of(self.run_dir)  # placement=auto's plan (None: placed by hand)
+        self.replanner = (Replanner(plan, int(cfg.placement.get("max_env_workers", 0) or 0))
+                          if Replanner.applies(plan, self.on_policy) and len(cfg.fleet or []) <= 1 else None)  # fmt: skip
+        self._cluster_cpus: float | None = None  # the cluster's CPUs when the run started (re-plans see changes)
+        self._added_cpus = 0.0
+
+    def replan(self, drifted: bool | None, at_s: float) -> None:
+        """Re-plan the env workers (:mod:`rlinf_user.runtime.planning.replan`): after a drift
+        window that drifted, from its measured costs (one that did not starts a new window);
+        ``drifted=None``: a check of the cluster's CPUs, re-planned on when a node joined or left."""
+        if self.replanner is None:
+            return
+        import ray
+
+        cpus = float(ray.cluster_resources().get("CPU", 0.0))
+        if self._cluster_cpus is None:
+            self._cluster_cpus = cpus
+        resized = abs(cpus - self._cluster_cpus - self._added_cpus) >= 1.0
+        if drifted is False:
+            self.replanner.reset_window()
+        if not drifted and not resized:
+            return
+        self._added_cpus = cpus - self._cluster_cpus
+        decision = self.replanner.replan(len(self.pool.running()), at_s, self._added_cpus,
+                                         "drift" if drifted else "cluster")  # fmt: skip
+        if decision is not None:
+            self.pool.set_target(decision["workers"]["to"])
+            if self.drift is not None:
+                self.drift.repredict(decision["score"])
 
     @property
     def progress(self) -> Progress:
@@ -170,6 +200,9 @@ class Trainer(Supervision):
             self._own_eval_worker = self._new_eval_worker()
             if self.pool.max_workers > len(self.pool.slots):  # elastic: its CPU is the run's, not a spare one
                 self._check_started(self._own_eval_worker, "the evaluation worker")
+        if self.replanner is not None:  # placement=auto: as many workers as planned, until a re-plan says more
+            self.pool.target = self.replanner.live.workers
+            self.replan(None, 0.0)  # the cluster's CPUs now
         self.pool.growing = True  # every role of the run is placed: free CPUs are free now
         if self.cfg.resume:
             log.info("replay after restore: %s", ray.get(self.learner.replay_stats.remote()))
@@ -238,6 +271,7 @@ class Trainer(Supervision):
             "members": self.member_stats(),
             "elastic": self.pool.events,  # workers that joined and left while the run went on
             "placement_drift": None if self.drift is None else self.drift.summary(),  # placement=auto's prediction
+            "placement_replans": None if self.replanner is None else self.replanner.decisions,
             "placement": self._where(),
             "interventions": p.interventions,
             "teleop_device_lost": p.supervisor_lost,

@@ -87,6 +87,7 @@ class WorkerPool:
         fixed = sum(m.workers for m in members)
         self.max_workers = max(fixed, int(cfg.placement.get("max_env_workers", 0) or 0)) if len(members) == 1 else fixed
         self.growing = False  # set once every role of the run is placed (their CPUs are not spare)
+        self.target: int | None = None  # live workers placement=auto's re-plan asked for (None: as many as fit)
         self.events: list[dict[str, Any]] = []  # elastic joins and leaves, timed
         self._nodes: dict[str, float] = {}  # alive node -> when it was first seen
 
@@ -244,9 +245,47 @@ class WorkerPool:
                 self._spawn(slot)
                 log.info("fleet member %s (worker %d): its node is up; starting", slot.member.name, slot.index)
                 started.append(slot)
-        if self.growing and self.max_workers > len(self.slots) - sum(s.status == "retired" for s in self.slots):
+        if self.growing and self.most() > len(self.slots) - sum(s.status == "retired" for s in self.slots):
             started += self._grow()
         return started
+
+    def most(self) -> int:
+        """The live workers the pool may grow to: ``max_workers``, or a re-plan's target."""
+        return self.max_workers if self.target is None else min(self.max_workers, self.target)
+
+    def set_target(self, n: int) -> list[Slot]:
+        """A re-plan's worker count: above it, the workers last added are marked
+        ``retiring`` (the loop retires each once its rollouts in flight came back, so no
+        transition is lost); below it, workers are added as CPUs are free. Returns the
+        slots marked."""
+        self.target = max(1, int(n))
+        live = [s for s in self.slots if s.status == "running"]
+        marked = []
+        # the workers added last go first; worker 0 (the one whose episodes are shown) stays
+        order = sorted((s for s in live if s.index != 0), key=lambda s: (not s.elastic, -s.index))
+        for slot in order[: max(0, len(live) - self.target)]:
+            slot.status = "retiring"
+            marked.append(slot)
+        if marked:
+            log.warning("re-plan: env workers %s retire once their rollouts in flight come back (%d go on)",
+                        [s.index for s in marked], len(live) - len(marked))  # fmt: skip
+        return marked
+
+    def retire(self, slot: Slot, reason: str = "re-planned") -> None:
+        """Retire a worker whose rollouts all came back (its rows are with the learner)."""
+        import ray
+
+        if slot.actor is not None:
+            try:
+                ray.get(slot.actor.close.remote(), timeout=10)
+            except Exception:  # noqa: BLE001 - best effort: its rows are sent already
+                pass
+            try:
+                ray.kill(slot.actor, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
+        slot.actor, slot.status = None, "retired"
+        self.events.append({"event": "retire", "worker": slot.index, "reason": reason, "at": round(time.time(), 3)})
 
     def _grow(self) -> list[Slot]:
         """Elastic workers on the cluster's free CPUs, up to ``max_workers`` live ones."""
@@ -258,14 +297,14 @@ class WorkerPool:
         free = float(ray.available_resources().get("CPU", 0.0))
         live = len(self.slots) - sum(s.status == "retired" for s in self.slots)
         added = []
-        while live < self.max_workers and free >= max(need, 1e-9):
+        while live < self.most() and free >= max(need, 1e-9):
             slot = Slot(len(self.slots), member, elastic=True)
             self.slots.append(slot)
             self._spawn(slot)
             free, live = free - need, live + 1
             added.append(slot)
             log.info("elastic: the cluster has a free CPU; env worker %d added (%d of at most %d)", slot.index, live,
-                     self.max_workers)  # fmt: skip
+                     self.most())  # fmt: skip
         return added
 
     def _watch_nodes(self) -> None:
@@ -304,7 +343,7 @@ class WorkerPool:
         out: dict[str, dict[str, Any]] = {}
         for s in self.slots:
             d = out.setdefault(s.member.name, {"running": 0, "waiting": 0, "retired": 0, "restarts": 0, "nodes": []})
-            d[s.status] += 1
+            d["running" if s.status == "retiring" else s.status] += 1
             d["restarts"] += s.restarts
             d["nodes"] = sorted(set(d["nodes"]) | {n for n in s.nodes if n})
         return out

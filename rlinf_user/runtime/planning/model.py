@@ -143,6 +143,15 @@ class Candidate:
         dev = "" if self.learner_device == "cpu" else f", learner on {self.learner_device}"
         return f"{self.mode}, {self.workers} x {self.envs_per_worker} envs{served}{dev}"
 
+    def overrides(self) -> list[str]:
+        """The command-line overrides that set this placement."""
+        p = self.placement()
+        return [f"placement={p['mode']}", f"placement.num_env_workers={p['num_env_workers']}",
+                f"placement.envs_per_worker={p['envs_per_worker']}",
+                f"placement.rollout.enabled={str(self.rollout).lower()}",
+                *([f"placement.rollout.device={self.act_device}"] if self.rollout else []),
+                f"placement.learner_device={self.learner_device}"]  # fmt: skip
+
     def placement(self) -> dict[str, Any]:
         """The ``placement.*`` values this candidate sets."""
         return {"mode": self.mode, "num_env_workers": self.workers, "envs_per_worker": self.envs_per_worker,
@@ -166,7 +175,7 @@ class Prediction:
                 **{f"busy_{k}": round(v, 2) for k, v in self.usage.items()}}  # fmt: skip
 
 
-def _worker_step(costs: Costs, pipe: Pipeline, c: Candidate) -> tuple[float, float]:
+def worker_step(costs: Costs, pipe: Pipeline, c: Candidate) -> tuple[float, float]:
     """(wall, CPU) seconds of one vector step of a worker's ``E`` envs, the rollout server's
     own time excluded."""
     e = c.envs_per_worker
@@ -204,7 +213,7 @@ def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
     if pipe.on_policy:
         return _predict_rounds(costs, pipe, c)
     e, w, h = c.envs_per_worker, c.workers, max(1, pipe.horizon)
-    step_wall, step_cpu = _worker_step(costs, pipe, c)
+    step_wall, step_cpu = worker_step(costs, pipe, c)
     u = max(pipe.utd_ratio, 1e-9)
     # the learner's update as it runs beside the workers (measured so where profiled)
     upd = costs.update.get(f"{c.learner_device}_beside_worker") or costs.update[c.learner_device]
@@ -255,7 +264,7 @@ def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
 def _predict_rounds(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
     """Synchronous on-policy: collection (all workers at once), then the update."""
     e, w = c.envs_per_worker, c.workers
-    step_wall, step_cpu = _worker_step(costs, pipe, c)
+    step_wall, step_cpu = worker_step(costs, pipe, c)
     busy = w * step_cpu / step_wall  # cores the workers would use at full speed
     stretch = max(1.0, busy / (costs.cores * CPU_EFFICIENCY))  # more workers than cores: they share
     collect = pipe.num_steps * step_wall * stretch

@@ -1,0 +1,101 @@
+"""How far can a frozen flow policy's noise take it? The ceiling of DSRL over a base.
+
+DSRL only chooses the base's input noise, so it can succeed on a state only where some
+noise makes the base succeed. For each of ``--states`` held-out reach_color states this runs
+the frozen base from ``--draws`` noise sequences (each chunk's noise drawn uniformly from
+DSRL's box, ``noise_max`` times the unit box, in the dims DSRL steers), all draws of a state
+side by side as one batch, and counts:
+
+* ``zero``: the deterministic clone (zero noise), what the base does unsteered;
+* ``any``: states where at least one draw succeeded: a lower bound on what a noise actor that
+  knew each state's best noise could reach (its ceiling is at least this);
+* ``mean``: the draws' success rate (a noise actor that learned nothing but the box).
+
+    python benchmarks/vla_noise_reach.py <dsrl run dir> --states 30 --draws 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
+    if n == 0:
+        return [0.0, 0.0]
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return [round(float(c - h), 3), round(float(c + h), 3)]
+
+
+def main() -> None:
+    import torch
+    from omegaconf import OmegaConf
+
+    from rlinf_user.env.registry import make_env
+    from rlinf_user.env.spec import EnvSpec, obs_to_torch, stack_obs
+    from rlinf_user.policies.base import build_policy
+    from rlinf_user.seeds import episode_seed
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", help="a DSRL run directory (its config names the base checkpoint)")
+    ap.add_argument("--states", type=int, default=30)
+    ap.add_argument("--draws", type=int, default=16)
+    ap.add_argument("--split", default="validation")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    cfg = OmegaConf.load(Path(args.run) / "config.yaml")
+    envs = [make_env(cfg.env, seed=i) for i in range(args.draws + 1)]
+    spec = EnvSpec.of_env(envs[0])
+    steered = build_policy(cfg.policy, spec).eval()
+    base, box = steered.base, float(steered.noise_max)
+    h, a = steered.noise_shape
+    rng = np.random.default_rng(0)
+    s0 = episode_seed(args.split)
+    per_state = []
+    for i in range(args.states):
+        obs = [e.reset(seed=s0 + i)[0] for e in envs]
+        alive = np.ones(len(envs), bool)
+        won = np.zeros(len(envs), bool)
+        while alive.any():
+            idx = np.flatnonzero(alive)
+            noise = rng.uniform(-box, box, (len(idx), h, a)).astype(np.float32)
+            noise[idx == 0] = 0.0  # env 0: the clone, zero noise
+            with torch.no_grad():
+                chunk = base.act_from_noise(obs_to_torch(stack_obs([obs[j] for j in idx])), torch.from_numpy(noise)).numpy()
+            for row, j in enumerate(idx):
+                for act in chunk[row]:
+                    obs[j], _, term, trunc, info = envs[j].step(spec.expand_action(act))
+                    if term or trunc:
+                        alive[j] = False
+                        won[j] = bool(info.get("success"))
+                        break
+        per_state.append({"zero": bool(won[0]), "draws_won": int(won[1:].sum())})
+        print(json.dumps({"state": i, **per_state[-1]}), flush=True)
+    n = len(per_state)
+    zero = sum(s["zero"] for s in per_state)
+    anyw = sum(s["draws_won"] > 0 for s in per_state)
+    draws = sum(s["draws_won"] for s in per_state)
+    out = {"what": "success of the frozen base from random noises in DSRL's box, per held-out state",
+           "run": str(args.run), "base_checkpoint": str(cfg.policy.get("base_checkpoint")),
+           "split": args.split, "states": n, "draws_per_state": args.draws, "noise_box": box,
+           "zero_noise": {"successes": zero, "rate": round(zero / n, 3), "ci95": wilson(zero, n)},
+           "any_draw": {"states": anyw, "rate": round(anyw / n, 3), "ci95": wilson(anyw, n)},
+           "mean_draw": round(draws / (n * args.draws), 3), "per_state": per_state,
+           "wall_s": round(time.time() - t0, 1)}  # fmt: skip
+    print(json.dumps({k: v for k, v in out.items() if k != "per_state"}), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
