@@ -78,7 +78,7 @@ class Profiler:
     def run(self) -> tuple[Costs, Pipeline]:
         import ray
 
-        from rlinf_user.runtime.orchestration.placement import start_ray
+        from rlinf_user.runtime.ray_session import start_ray
 
         started = start_ray({"address": "local", "num_cpus": 2, "include_dashboard": False})
         try:
