@@ -11,6 +11,9 @@ side by side as one batch, and counts:
   knew each state's best noise could reach (its ceiling is at least this);
 * ``mean``: the draws' success rate (a noise actor that learned nothing but the box).
 
+``--noise per_episode`` holds one draw for a whole episode (a steady push the same way),
+``per_chunk`` (the default) draws afresh for every chunk.
+
     python benchmarks/vla_noise_reach.py <dsrl run dir> --states 30 --draws 16
 """
 
@@ -48,7 +51,10 @@ def main() -> None:
     ap.add_argument("--states", type=int, default=30)
     ap.add_argument("--draws", type=int, default=16)
     ap.add_argument("--split", default="validation")
+    ap.add_argument("--noise", choices=["per_chunk", "per_episode"], default="per_chunk",
+                    help="a fresh draw for every chunk, or one draw held for the whole episode")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--box", type=float, default=None, help="the noise box (default: the run's algo.noise_max)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -57,7 +63,7 @@ def main() -> None:
     envs = [make_env(cfg.env, seed=i) for i in range(args.draws + 1)]
     spec = EnvSpec.of_env(envs[0])
     steered = build_policy(cfg.policy, spec).eval()
-    base, box = steered.base, float(steered.noise_max)
+    base, box = steered.base, float(args.box if args.box is not None else steered.noise_max)
     h, a = steered.noise_shape
     rng = np.random.default_rng(0)
     s0 = episode_seed(args.split)
@@ -66,9 +72,11 @@ def main() -> None:
         obs = [e.reset(seed=s0 + i)[0] for e in envs]
         alive = np.ones(len(envs), bool)
         won = np.zeros(len(envs), bool)
+        held = rng.uniform(-box, box, (len(envs), h, a)).astype(np.float32)
         while alive.any():
             idx = np.flatnonzero(alive)
-            noise = rng.uniform(-box, box, (len(idx), h, a)).astype(np.float32)
+            fresh = rng.uniform(-box, box, (len(envs), h, a)).astype(np.float32)
+            noise = (held if args.noise == "per_episode" else fresh)[idx].copy()
             noise[idx == 0] = 0.0  # env 0: the clone, zero noise
             with torch.no_grad():
                 chunk = base.act_from_noise(obs_to_torch(stack_obs([obs[j] for j in idx])), torch.from_numpy(noise)).numpy()
@@ -87,7 +95,7 @@ def main() -> None:
     draws = sum(s["draws_won"] for s in per_state)
     out = {"what": "success of the frozen base from random noises in DSRL's box, per held-out state",
            "run": str(args.run), "base_checkpoint": str(cfg.policy.get("base_checkpoint")),
-           "split": args.split, "states": n, "draws_per_state": args.draws, "noise_box": box,
+           "split": args.split, "states": n, "draws_per_state": args.draws, "noise_box": box, "noise": args.noise,
            "zero_noise": {"successes": zero, "rate": round(zero / n, 3), "ci95": wilson(zero, n)},
            "any_draw": {"states": anyw, "rate": round(anyw / n, 3), "ci95": wilson(anyw, n)},
            "mean_draw": round(draws / (n * args.draws), 3), "per_state": per_state,
