@@ -73,3 +73,45 @@ def test_a_node_that_joins_gets_a_worker_and_one_that_leaves_loses_nothing_sent(
     assert summary["replay"]["total_added"] >= summary["env_steps"], summary["replay"]
     assert summary["replay"]["rejected"] == 0
     assert summary["best_eval_success"] >= TARGET, summary
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_synchronous_ppo_stays_on_policy_through_a_join_and_a_leave(tmp_path):
+    """A node joins a running PPO job and later leaves it while its rounds go on: the joined
+    worker takes part from the next round, the rows the leaving one sent train in their own
+    round, and every update trains on rows of exactly the newest policy (no round mixes
+    versions)."""
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4})
+    cfg = compose_config(
+        ["algo=ppo", "policy=gaussian_ac", "policy.hidden=[64,64]", "algo.num_steps=20", "placement.num_env_workers=1",
+         "placement.envs_per_worker=2", "placement.max_env_workers=2", "total_env_steps=4000",
+         "eval_every_steps=100000", "eval_episodes=2", "test_episodes=0", "buffer.chunk_steps=10", "seed=0",
+         f"run_root={tmp_path}", "run_name=elastic_ppo", "progress=false"],
+        sim="reach",
+    )  # fmt: skip
+    validate(cfg)
+    with cluster_run(cluster, lambda: Trainer(cfg, create_run_dir(cfg))) as run:
+        trainer, thread = run.trainer, run.thread
+        wait_for(lambda: trainer.progress.updates >= 3, 300, "the first rounds", thread)
+        node = cluster.add_node(num_cpus=1)
+        wait_for(lambda: [e for e in trainer.pool.events if e["event"] == "join"], 120, "the joined worker's rows", thread)
+        updates_then = trainer.progress.updates
+        wait_for(lambda: trainer.progress.updates >= updates_then + 3, 300, "rounds with both workers", thread)
+        cluster.remove_node(node)
+        wait_for(lambda: [e for e in trainer.pool.events if e["event"] == "leave"], 120, "the worker retired", thread)
+        updates_then = trainer.progress.updates
+        wait_for(lambda: trainer.progress.updates >= updates_then + 3, 300, "rounds after the leave", thread)
+        summary = run.finish()
+    stats = summary["replay"]
+    print("elastic PPO:", summary["elastic"], {k: stats.get(k) for k in ("updates", "rows_trained", "max_policy_lag",
+          "dropped_stale", "on_policy_rows_waiting")}, "env steps", summary["env_steps"])  # fmt: skip
+    assert [e["event"] for e in summary["elastic"]][:2] == ["join", "leave"]
+    # each update trained on one round of the newest policy's rows, whoever collected them
+    assert stats["max_policy_lag"] == 0 and stats["dropped_stale"] == 0, stats
+    assert stats["updates"] == summary["updates"] and summary["policy_version"] == stats["updates"]
+    # every row the workers sent was trained on (the leaving worker's last chunks included)
+    assert stats["rows_trained"] + stats["on_policy_rows_waiting"] >= summary["env_steps"], stats
