@@ -2,7 +2,8 @@
 
 For each of ``--states`` held-out states this runs ``--draws`` episodes side by side: the
 first chunk from a noise drawn uniformly in the unit box (``u``; the base gets
-``noise_max * u``), every later chunk from the trained noise actor (its mean), exactly the
+``noise_max * u``; ``--draw-from actor``: sampled from the trained actor at that state, the
+spread the critic was trained on), every later chunk from the trained noise actor (its mean), exactly the
 return the critic's ``Q(s0, u)`` estimates. Each draw is then scored by the critics (their
 minimum, as the actor's loss reads them) at the state it started from, and compared with
 how its episode ended:
@@ -42,6 +43,9 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=32)
     ap.add_argument("--split", default="validation")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--draw-from", choices=["box", "actor"], default="box",
+                    help="first-chunk noises uniform in the unit box, or sampled from the trained actor at the state "
+                         "(the spread the critic was trained on)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -65,7 +69,11 @@ def main() -> None:
             if policy.reads_embedding:
                 o = {**o, Col.EMBEDDING: policy.base.embed(o)}
             actor_u = torch.tanh(policy.actor(policy.encoder(o))[0])[0].numpy()
-            u = rng.uniform(-1, 1, (n, policy.noise_dim)).astype(np.float32)
+            if args.draw_from == "actor":
+                feats_a = policy.encoder(o).expand(n, -1)
+                u = policy.actor.sample(feats_a)[0].numpy().astype(np.float32)
+            else:
+                u = rng.uniform(-1, 1, (n, policy.noise_dim)).astype(np.float32)
             u[-1] = actor_u
             feats = algo.critic_encoder({k: (v.expand(n, *v.shape[1:]) if torch.is_tensor(v) else list(v) * n)
                                          for k, v in o.items() if k != Col.IMAGES} | {Col.IMAGES: {}})  # fmt: skip
@@ -102,7 +110,7 @@ def main() -> None:
             base_rate.append(float(w.mean()))
     out = {"what": "the trained DSRL critic's Q(s0, u) for random first-chunk noises vs how their episodes ended "
                    "(the actor's noise after the first chunk)",
-           "run": run.name, "checkpoint": args.checkpoint, "states": args.states, "draws": args.draws,
+           "run": run.name, "checkpoint": args.checkpoint, "draw_from": args.draw_from, "states": args.states, "draws": args.draws,
            "states_with_wins_and_losses": mixed,
            "auc_mean": round(float(np.mean(aucs)), 3) if aucs else None,
            "top_q_won": top, "top_q_won_rate": round(top / mixed, 3) if mixed else None,
