@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from chunk_episodes import report, run_side_by_side
 
 
 def main() -> None:
@@ -78,23 +79,14 @@ def main() -> None:
             feats = algo.critic_encoder({k: (v.expand(n, *v.shape[1:]) if torch.is_tensor(v) else list(v) * n)
                                          for k, v in o.items() if k != Col.IMAGES} | {Col.IMAGES: {}})  # fmt: skip
             q = algo.critic(feats, torch.from_numpy(u)).min(dim=0).values.numpy()
-        alive, won, first = np.ones(n, bool), np.zeros(n, bool), True
-        while alive.any():
-            idx = np.flatnonzero(alive)
-            batch = obs_to_torch(stack_obs([obs[j] for j in idx]))
+        def chunks(idx, live_obs, k, u=u):
+            batch = obs_to_torch(stack_obs(live_obs))
             with torch.no_grad():
-                if first:
-                    chunk = policy.actions_for(batch, torch.from_numpy(u[idx])).numpy()
-                else:
-                    chunk = policy.act(batch, deterministic=True).actions.numpy()
-            first = False
-            for row, j in enumerate(idx):
-                for act in chunk[row]:
-                    obs[j], _, term, trunc, info = envs[j].step(spec.expand_action(act))
-                    if term or trunc:
-                        alive[j] = False
-                        won[j] = bool(info.get("success"))
-                        break
+                if k == 0:  # the drawn noise, then the actor's
+                    return policy.actions_for(batch, torch.from_numpy(u[idx])).numpy()
+                return policy.act(batch, deterministic=True).actions.numpy()
+
+        won = run_side_by_side(envs, spec, obs, chunks)
         rows.append({"q": q.round(3).tolist(), "won": won.astype(int).tolist()})
         d = won[:-1]
         print(json.dumps({"state": i, "draws_won": int(d.sum()), "top_q_won": bool(d[np.argmax(q[:-1])]),
@@ -118,9 +110,7 @@ def main() -> None:
            "draws_won_overall": round(float(np.mean([np.mean(r["won"][:-1]) for r in rows])), 3),
            "actor_won": int(sum(r["won"][-1] for r in rows)), "per_state": rows,
            "wall_s": round(time.time() - t0, 1)}  # fmt: skip
-    print(json.dumps({k: v for k, v in out.items() if k != "per_state"}), flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    report(out, args.out)
 
 
 if __name__ == "__main__":

@@ -25,16 +25,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
-    if n == 0:
-        return [0.0, 0.0]
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return [round(float(c - h), 3), round(float(c + h), 3)]
+from bench_vla_learning import wilson
+from chunk_episodes import report, run_side_by_side
 
 
 def main() -> None:
@@ -70,23 +62,16 @@ def main() -> None:
     per_state = []
     for i in range(args.states):
         obs = [e.reset(seed=s0 + i)[0] for e in envs]
-        alive = np.ones(len(envs), bool)
-        won = np.zeros(len(envs), bool)
         held = rng.uniform(-box, box, (len(envs), h, a)).astype(np.float32)
-        while alive.any():
-            idx = np.flatnonzero(alive)
+
+        def chunks(idx, live_obs, k, held=held):
             fresh = rng.uniform(-box, box, (len(envs), h, a)).astype(np.float32)
             noise = (held if args.noise == "per_episode" else fresh)[idx].copy()
             noise[idx == 0] = 0.0  # env 0: the clone, zero noise
             with torch.no_grad():
-                chunk = base.act_from_noise(obs_to_torch(stack_obs([obs[j] for j in idx])), torch.from_numpy(noise)).numpy()
-            for row, j in enumerate(idx):
-                for act in chunk[row]:
-                    obs[j], _, term, trunc, info = envs[j].step(spec.expand_action(act))
-                    if term or trunc:
-                        alive[j] = False
-                        won[j] = bool(info.get("success"))
-                        break
+                return base.act_from_noise(obs_to_torch(stack_obs(live_obs)), torch.from_numpy(noise)).numpy()
+
+        won = run_side_by_side(envs, spec, obs, chunks)
         per_state.append({"zero": bool(won[0]), "draws_won": int(won[1:].sum())})
         print(json.dumps({"state": i, **per_state[-1]}), flush=True)
     n = len(per_state)
@@ -94,15 +79,13 @@ def main() -> None:
     anyw = sum(s["draws_won"] > 0 for s in per_state)
     draws = sum(s["draws_won"] for s in per_state)
     out = {"what": "success of the frozen base from random noises in DSRL's box, per held-out state",
-           "run": str(args.run), "base_checkpoint": str(cfg.policy.get("base_checkpoint")),
+           "run": Path(args.run).name, "base_checkpoint": Path(str(cfg.policy.get("base_checkpoint"))).name,
            "split": args.split, "states": n, "draws_per_state": args.draws, "noise_box": box, "noise": args.noise,
            "zero_noise": {"successes": zero, "rate": round(zero / n, 3), "ci95": wilson(zero, n)},
            "any_draw": {"states": anyw, "rate": round(anyw / n, 3), "ci95": wilson(anyw, n)},
            "mean_draw": round(draws / (n * args.draws), 3), "per_state": per_state,
            "wall_s": round(time.time() - t0, 1)}  # fmt: skip
-    print(json.dumps({k: v for k, v in out.items() if k != "per_state"}), flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    report(out, args.out)
 
 
 if __name__ == "__main__":
