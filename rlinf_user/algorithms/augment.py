@@ -36,14 +36,10 @@ def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
 def augment_obs(obs: dict, pad: int, cameras=None) -> dict:
     """``obs`` with its frames shifted; only ``cameras`` where given (the frames an encoder
     reads: an encoder of the state, or of a frozen base's embedding, reads none)."""
-    if pad <= 0 or not obs.get(Col.IMAGES):
+    if pad <= 0 or not obs.get(Col.IMAGES) or cameras == ():
         return obs
-    images = obs[Col.IMAGES]
-    if cameras is not None:
-        if not cameras:
-            return obs
-        return {**obs, Col.IMAGES: {k: random_shift(v, pad) if k in cameras else v for k, v in images.items()}}
-    return {**obs, Col.IMAGES: {k: random_shift(v, pad) for k, v in images.items()}}
+    shift = {k: cameras is None or k in cameras for k in obs[Col.IMAGES]}
+    return {**obs, Col.IMAGES: {k: random_shift(v, pad) if shift[k] else v for k, v in obs[Col.IMAGES].items()}}
 
 
 def encoder_cameras(*encoders) -> tuple[str, ...] | None:

@@ -138,6 +138,7 @@ class IQL(Algorithm):
         self.critic = CriticEnsemble(feat, spec.action_dim, hidden, int(cfg.num_critics), layer_norm=bool(cfg.critic_layer_norm))
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.value = mlp(feat, hidden, 1, layer_norm=bool(cfg.critic_layer_norm))
+        self.augmented = encoder_cameras(policy.encoder)  # the frames DrQ shifts
         for m in (policy, self.critic, self.target_critic, self.value):
             m.to(self.device)
         self.critic_opt = torch.optim.Adam([*self.critic.parameters(), *policy.encoder.parameters()], lr=cfg.critic_lr)
@@ -162,9 +163,8 @@ class IQL(Algorithm):
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         cfg = self.cfg
-        cams = encoder_cameras(self.policy.encoder)
-        obs = augment_obs(batch[Col.OBS], cfg.drq_pad, cams)
-        next_obs = augment_obs(batch[Col.NEXT_OBS], cfg.drq_pad, cams)
+        obs = augment_obs(batch[Col.OBS], cfg.drq_pad, self.augmented)
+        next_obs = augment_obs(batch[Col.NEXT_OBS], cfg.drq_pad, self.augmented)
         action = batch[Col.ACTION]
         feats = self.policy.encoder(obs)
         with torch.no_grad():

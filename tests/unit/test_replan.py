@@ -99,3 +99,20 @@ def test_a_lower_target_marks_the_workers_added_last_and_never_worker_0():
     pool.slots[2].status = pool.slots[3].status = "retired"
     assert [s.index for s in pool.set_target(1)] == [1]  # worker 0 (whose episodes are shown) stays
     assert pool.set_target(0) == [] and pool.target == 1  # at least one
+
+
+def test_step_replans_after_a_drifted_window_or_a_resized_cluster_and_nothing_else():
+    r = Replanner(plan(workers=1, cores=1), max_workers=4)
+    assert r.step(None, 4.0, 1, at_s=2.0) is None  # the cluster as first seen: its baseline
+    observe(r, step_s=0.010, update_s=0.005)
+    assert r.step(False, 4.0, 1, at_s=30.0) is None  # on plan: the window's measurements are dropped
+    assert r.measured() == {"worker_step_s": None, "update_s": None}
+    observe(r, step_s=0.010, update_s=0.005)
+    d = r.step(True, 4.0, 1, at_s=60.0)
+    assert d["reason"] == "drift" and d["cores"] == 1
+    assert r.step(None, 4.5, 1, at_s=62.0) is None  # less than a CPU more
+    d = r.step(None, 7.0, 1, at_s=64.0)  # a node with 3 CPUs joined
+    assert d["reason"] == "cluster" and d["cores"] == 4 and d["workers"]["to"] == 2
+    assert r.step(None, 7.0, 2, at_s=66.0) is None  # planned on already
+    d = r.step(None, 4.0, 2, at_s=68.0)  # and left
+    assert d["cores"] == 1 and d["workers"]["to"] == 1

@@ -59,28 +59,17 @@ class Trainer(Supervision):
         plan = DriftWatch.plan_of(self.run_dir)  # placement=auto's plan (None: placed by hand)
         self.replanner = (Replanner(plan, int(cfg.placement.get("max_env_workers", 0) or 0))
                           if Replanner.applies(plan, self.on_policy) and len(cfg.fleet or []) <= 1 else None)  # fmt: skip
-        self._cluster_cpus: float | None = None  # the cluster's CPUs when the run started (re-plans see changes)
-        self._added_cpus = 0.0
 
     def replan(self, drifted: bool | None, at_s: float) -> None:
-        """Re-plan the env workers (:mod:`rlinf_user.runtime.planning.replan`): after a drift
-        window that drifted, from its measured costs (one that did not starts a new window);
-        ``drifted=None``: a check of the cluster's CPUs, re-planned on when a node joined or left."""
+        """placement=auto's re-plan (:meth:`~rlinf_user.runtime.planning.replan.Replanner.step`)
+        at the end of a drift window (``drifted``) or between windows (None: the cluster's
+        CPUs checked), applied: the pool's worker target, the drift watch's prediction."""
         if self.replanner is None:
             return
         import ray
 
         cpus = float(ray.cluster_resources().get("CPU", 0.0))
-        if self._cluster_cpus is None:
-            self._cluster_cpus = cpus
-        resized = abs(cpus - self._cluster_cpus - self._added_cpus) >= 1.0
-        if drifted is False:
-            self.replanner.reset_window()
-        if not drifted and not resized:
-            return
-        self._added_cpus = cpus - self._cluster_cpus
-        decision = self.replanner.replan(len(self.pool.running()), at_s, self._added_cpus,
-                                         "drift" if drifted else "cluster")  # fmt: skip
+        decision = self.replanner.step(drifted, cpus, len(self.pool.running()), at_s)
         if decision is not None:
             self.pool.set_target(decision["workers"]["to"])
             if self.drift is not None:

@@ -54,6 +54,8 @@ class Replanner:
         self.tolerance = float(tolerance)
         self.decisions: list[dict[str, Any]] = []
         self.fitted: tuple[Costs, dict[str, float]] = (self.costs, {"worker": 1.0, "update": 1.0})  # the last refit
+        self.cluster_cpus: float | None = None  # the cluster's CPUs when first seen (the profile's machine)
+        self.added_cpus = 0.0  # how many it has gained (or lost, < 0) since
         self.reset_window()
 
     @classmethod
@@ -116,6 +118,21 @@ class Replanner:
                 factors["update"] = f
                 costs.update = {k: _scaled(v, f) for k, v in costs.update.items()}
         return costs, factors
+
+    def step(self, drifted: bool | None, cluster_cpus: float, workers: int, at_s: float) -> dict[str, Any] | None:
+        """What the run calls: at the end of a drift window (``drifted`` True or False) and
+        between windows (None) with the cluster's CPUs now. Re-plans after a drifted window,
+        or when the cluster gained or lost a CPU since it was last planned on; a window that
+        did not drift starts a new one. Returns the decision (None: nothing re-planned)."""
+        if self.cluster_cpus is None:
+            self.cluster_cpus = cluster_cpus
+        resized = abs(cluster_cpus - self.cluster_cpus - self.added_cpus) >= 1.0
+        if drifted is False:
+            self.reset_window()
+        if not drifted and not resized:
+            return None
+        self.added_cpus = cluster_cpus - self.cluster_cpus
+        return self.replan(workers, at_s, self.added_cpus, "drift" if drifted else "cluster")
 
     def replan(self, workers: int, at_s: float, added_cores: float = 0.0, reason: str = "drift") -> dict[str, Any] | None:
         """The worker count to run (and the advice for a restart): after a drifted window
