@@ -3,7 +3,7 @@
 Per workload: ``rlinf-user plan``'s profile and ranking (the cost model's prediction for
 every candidate), then real training runs of the fixed placements a user would pick by hand
 and of the model's choice, one after the other on this machine, each for ``--seconds``.
-Measured past ``--warmup`` seconds: env steps/s over that window (the run's
+Measured past ``--warmup`` seconds after the run's first update: env steps/s over that window (the run's
 ``runtime/*`` scalars are logged at their env step) and the mean of its
 ``runtime/updates_per_s``, and the rate that learning gets at
 the algorithm's update-to-data ratio (the smaller of env steps/s and updates/s over that ratio).
@@ -103,7 +103,10 @@ def measure(sim: str, overrides: list[str], placement: list[str], seconds: float
     ea.Reload()
     env = ea.Scalars("runtime/env_steps_per_s")
     upd = ea.Scalars("runtime/updates_per_s")
-    t_first = env[0].wall_time if env else 0.0
+    # the steady state starts at the learner's first update: before it the learner waits for
+    # a batch of rows and paced workers wait for it (20 s of a 60 s pixel run)
+    first_update = next((u.wall_time for u in upd if u.value > 0), None)
+    t_first = first_update if first_update is not None else (env[0].wall_time if env else 0.0)
     tags = ea.Tags()["scalars"]
     update_ms = [e for e in ea.Scalars("learner/update_ms") if e.wall_time >= t_first + warmup] \
         if "learner/update_ms" in tags else []  # fmt: skip

@@ -120,7 +120,8 @@ class PlacementConfig:
     weight_port: int = 0
     # tcp: workers pull through an emulated link ({delay_ms, jitter_ms, mbit}; tests, rehearsals)
     weight_link: Any = None
-    torch_threads: int = 1
+    torch_threads: int = 1  # intra-op threads of every role's process
+    learner_threads: int | None = None  # the learner's (None: torch_threads)
 
 
 @dataclass

@@ -48,7 +48,8 @@ class Learner:
         replica_options: dict[str, Any] | None = None,
     ):  # fmt: skip
         torch.manual_seed(cfg.seed)
-        torch.set_num_threads(max(1, int(cfg.placement.torch_threads)))
+        threads = cfg.placement.get("learner_threads")
+        torch.set_num_threads(max(1, int(cfg.placement.torch_threads if threads is None else threads)))
         self.cfg = cfg
         self.spec = as_spec(spec)
         self.device = resolve_device(cfg.placement.learner_device)
@@ -226,6 +227,13 @@ class Learner:
         self._prefetch = self.remote_replay.sample.remote(bs, num_batches, ratio)
         return ray.get(ref)
 
+    def _steps_stored(self) -> int:
+        if self.local_replay is not None:
+            return self.local_replay.steps_stored()
+        import ray
+
+        return ray.get(self.remote_replay.steps_stored.remote())
+
     def _buffer_size(self) -> int:
         if self.local_replay is not None:
             return self.local_replay.size()
@@ -256,6 +264,9 @@ class Learner:
         self.env_steps_seen = max(self.env_steps_seen, env_steps)
         if self.on_policy:
             return self._train_on_policy(min_rows)
+        # the budget counts rows as they land, not only the driver's count of rollouts that
+        # returned (100 env steps a call): a paced learner worked in turns with its workers
+        self.env_steps_seen = max(self.env_steps_seen, self._steps_stored())
         budget = int(self.utd_ratio * (self.env_steps_seen - self.learning_starts)) - self.algo.num_updates
         n = max(0, min(max_updates, budget))
         if n == 0 or (self.demo_ratio < 1.0 and self._buffer_size() < self.batch_size):

@@ -84,6 +84,7 @@ class ReplayService:
         self.lock = threading.Lock()
         self.order = SenderOrder()
         self.rejected = 0
+        self.env_steps_stored = 0  # env steps of the rows stored (a chunk row: the steps it ran)
         self.interventions_as_demos = interventions_as_demos
         self._iv_index: np.ndarray | None = None  # positions of flagged transitions (cached)
         self.intervention_samples = 0  # intervention transitions drawn on the demo side
@@ -110,6 +111,7 @@ class ReplayService:
                     flags[(self.buffer.cursor + np.arange(n)) % self.buffer.capacity].any()
                 )
                 n = self.buffer.add(chunk)
+                self.env_steps_stored += int(np.sum(chunk[Col.CHUNK_STEPS])) if Col.CHUNK_STEPS in chunk else n
                 if flags is None or overwrites or bool(np.any(chunk.get(Col.INTERVENTION, False))):
                     self._iv_index = None
                 return n
@@ -188,6 +190,11 @@ class ReplayService:
 
     def size(self) -> int:
         return self.buffer.size
+
+    def steps_stored(self) -> int:
+        """Env steps whose rows are stored here: what the learner's update-to-data budget may
+        count the moment they land, before the rollout that sent them has returned."""
+        return self.env_steps_stored
 
     def pid(self) -> int:
         import os

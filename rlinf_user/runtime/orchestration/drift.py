@@ -1,7 +1,7 @@
 """Measured throughput against ``placement=auto``'s prediction, while the run goes on.
 
 The plan (``plan.json`` beside the run's config) predicted env steps/s and updates/s for
-the placement it chose. Every ``window_s`` seconds past a warm-up the run's own counters
+the placement it chose. Every ``window_s`` seconds past a warm-up (``warmup_s`` after the learner's first update) the run's own counters
 give the measured rates; the rate learning gets at the algorithm's update-to-data ratio
 (the smaller of env steps/s and updates/s over that ratio) is compared with the predicted
 one. A window off by more than ``tolerance`` (20%) is a drift: logged once per window with
@@ -32,6 +32,7 @@ class DriftWatch:
         self.window_s, self.warmup_s, self.tolerance = float(window_s), float(warmup_s), float(tolerance)
         self.windows: list[dict[str, float]] = []
         self._start: tuple[float, int, int] | None = None
+        self._steady_from: float | None = None  # the run's wall at its first update
 
     @staticmethod
     def plan_of(run_dir: Path) -> dict[str, Any] | None:
@@ -47,9 +48,13 @@ class DriftWatch:
 
     def tick(self, wall_s: float, env_steps: int, updates: int, now: float | None = None) -> dict[str, float] | None:
         """Called as the run goes on; a finished window's figures (None: none finished now)."""
-        if wall_s < self.warmup_s:
-            return None
         now = time.monotonic() if now is None else now
+        if self._steady_from is None:  # the clock starts at the first update: before it, the
+            if updates <= 0:  # learner waits for its first batch and paced workers for it
+                return None
+            self._steady_from = wall_s
+        if wall_s - self._steady_from < self.warmup_s:
+            return None
         if self._start is None:
             self._start = (now, env_steps, updates)
             return None

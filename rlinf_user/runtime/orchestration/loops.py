@@ -41,6 +41,7 @@ class Schedule:
         self.next_eval = p.env_steps + cfg.eval_every_steps
         self.next_ckpt = p.env_steps + cfg.checkpoint_every_steps
         self.last_report, self.last_steps, self.last_updates, self.last_t = 0.0, p.env_steps, p.updates, time.monotonic()
+        self.last_busy = (p.rollout_seconds, p.train_seconds)
         self.eval_call = None
         self.last_resize_check = time.monotonic()
         self.eval_steps = None  # env steps when the running evaluation began (None: book it at now's)
@@ -91,10 +92,15 @@ class Schedule:
             dt = now - self.last_t
             p.env_steps_per_s = (p.env_steps - self.last_steps) / dt
             p.updates_per_s = (p.updates - self.last_updates) / dt
+            # the share of the interval each role spent working (a call's seconds are booked
+            # when it returns: read these over a window of several reports)
+            busy = {"workers_busy": (p.rollout_seconds - self.last_busy[0]) / dt / max(1, len(tr.pool.running())),
+                    "learner_busy": (p.train_seconds - self.last_busy[1]) / dt}  # fmt: skip
             self.last_steps, self.last_updates, self.last_t, self.last_report = p.env_steps, p.updates, now, now
+            self.last_busy = (p.rollout_seconds, p.train_seconds)
             tr.record.scalars(
                 {"env_steps_per_s": p.env_steps_per_s, "updates_per_s": p.updates_per_s,
-                 "recent_success": p.recent_success, "policy_version": float(p.version)},
+                 "recent_success": p.recent_success, "policy_version": float(p.version), **busy},
                 "runtime",
             )  # fmt: skip
             tr.on_progress(p)
@@ -145,6 +151,7 @@ def _learner_metrics(tr, m: dict[str, Any] | None) -> None:
     if m["updates"]:
         scalars = {k: v for k, v in m.items() if isinstance(v, float)}
         if isinstance(m.get("seconds"), float):  # a train call's time per update, as it ran beside the rest
+            p.train_seconds += m["seconds"]
             scalars["update_ms"] = 1000.0 * m["seconds"] / m["updates"]
         tr.record.scalars(scalars, "learner")
 
@@ -197,10 +204,10 @@ def streaming_loop(tr, sched: Schedule) -> str:
     slack = learning_starts + TRAIN_CALL_UPDATES / utd
     slack += ROLLOUT_STEPS * int(cfg.placement.envs_per_worker) * len(pool.slots)
     horizon = ray.get(tr.learner.policy_horizon.remote()) if paced else 1
-    if horizon > 1 and plan.demo_ratio < 1.0:
-        # the learner's first update needs a batch of rows, and a chunk policy's row is a
-        # whole chunk's env steps: without this a worker waits for updates that cannot start
-        # (per-step rows: the rollouts in flight already bring a batch)
+    if paced and plan.demo_ratio < 1.0:
+        # the learner's first update needs a batch of rows (a chunk policy's row is a whole
+        # chunk's env steps): without this a worker waits for updates that cannot start yet
+        # (the pixel pick's worker sat 9 s at 300 env steps while its learner waited for 256 rows)
         slack = max(slack, learning_starts + plan.batch_size * horizon + TRAIN_CALL_UPDATES / utd)
     waiting: set[int] = set()  # workers whose next rollout waits for the learner
 

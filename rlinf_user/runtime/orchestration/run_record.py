@@ -81,6 +81,10 @@ class Progress:
     recent_fall: dict[str, Any] | None = None  # the same for the last RECENT_EPISODES training episodes
     env_steps_per_s: float = 0.0
     updates_per_s: float = 0.0
+    # seconds the env workers spent inside rollout calls (summed over workers) and the
+    # learner inside train calls: against the wall, how much of the time each role worked
+    rollout_seconds: float = 0.0
+    train_seconds: float = 0.0
     worker_restarts: int = 0
     learner_restarts: int = 0
     rollout_restarts: int = 0
@@ -133,6 +137,7 @@ class RunRecord:
         """Count a finished rollout call: env steps, episodes, success, interventions."""
         p = self.progress
         p.env_steps += r["steps"]
+        p.rollout_seconds += float(r.get("seconds") or 0.0)
         member = p.members.setdefault(r.get("member", "env"), {"env_steps": 0, "episodes": 0, "recent": deque(maxlen=RECENT_EPISODES)})
         member["env_steps"] += r["steps"]
         for ep in r["episodes"]:

@@ -262,6 +262,9 @@ class Trainer(Supervision):
             "placement_drift": None if self.drift is None else self.drift.summary(),  # placement=auto's prediction
             "placement_replans": None if self.replanner is None else self.replanner.decisions,
             "placement": self._where(),
+            # the share of the run each role spent in its calls (workers: per worker slot)
+            "busy": {"workers": round(p.rollout_seconds / max(p.wall, 1e-9) / max(1, len(self.pool.slots)), 3),
+                     "learner": round(p.train_seconds / max(p.wall, 1e-9), 3)},
             "interventions": p.interventions,
             "teleop_device_lost": p.supervisor_lost,
             "replay": ray.get(self.learner.replay_stats.remote()),
