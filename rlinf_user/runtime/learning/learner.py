@@ -222,10 +222,16 @@ class Learner:
             return self.local_replay.sample(bs, num_batches, ratio)
         import ray
 
-        # Pipelined: the next batches are already on their way while we update.
-        ref = self._prefetch or self.remote_replay.sample.remote(bs, num_batches, ratio)
-        self._prefetch = self.remote_replay.sample.remote(bs, num_batches, ratio)
-        return ray.get(ref)
+        # Pipelined: the next batches are already on their way while we update. A call may
+        # ask for more or fewer than the prefetch holds (its update-to-data budget): the
+        # surplus is left out, a shortfall sampled now.
+        ref, ready = self._prefetch or (self.remote_replay.sample.remote(bs, num_batches, ratio), num_batches)
+        self._prefetch = (self.remote_replay.sample.remote(bs, num_batches, ratio), num_batches)
+        got = ray.get(ref)
+        if ready < num_batches:
+            more = ray.get(self.remote_replay.sample.remote(bs, num_batches - ready, ratio))
+            return {k: np.concatenate([v, more[k]]) for k, v in got.items()}
+        return {k: v[:num_batches] for k, v in got.items()} if ready > num_batches else got
 
     def _steps_stored(self) -> int:
         if self.local_replay is not None:
