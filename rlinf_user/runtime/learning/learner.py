@@ -42,6 +42,16 @@ def as_spec(spec) -> EnvSpec:
     return spec if isinstance(spec, EnvSpec) else EnvSpec.from_dict(spec)
 
 
+def fit_batches(got: dict[str, np.ndarray], wanted: int, sample_more) -> dict[str, np.ndarray]:
+    """``wanted`` batches from ``got`` (stacked on the leading axis): its first ``wanted``, or
+    all of it and ``sample_more(k)`` for the ``k`` it lacks."""
+    have = len(next(iter(got.values())))
+    if have < wanted:
+        more = sample_more(wanted - have)
+        return {k: np.concatenate([v, more[k]]) for k, v in got.items()}
+    return {k: v[:wanted] for k, v in got.items()} if have > wanted else got
+
+
 class Learner:
     def __init__(
         self, cfg, spec, run_dir: str, weight_store=None, replay=None, recovering: bool = False,
@@ -225,13 +235,10 @@ class Learner:
         # Pipelined: the next batches are already on their way while we update. A call may
         # ask for more or fewer than the prefetch holds (its update-to-data budget): the
         # surplus is left out, a shortfall sampled now.
-        ref, ready = self._prefetch or (self.remote_replay.sample.remote(bs, num_batches, ratio), num_batches)
-        self._prefetch = (self.remote_replay.sample.remote(bs, num_batches, ratio), num_batches)
-        got = ray.get(ref)
-        if ready < num_batches:
-            more = ray.get(self.remote_replay.sample.remote(bs, num_batches - ready, ratio))
-            return {k: np.concatenate([v, more[k]]) for k, v in got.items()}
-        return {k: v[:num_batches] for k, v in got.items()} if ready > num_batches else got
+        ref = self._prefetch or self.remote_replay.sample.remote(bs, num_batches, ratio)
+        self._prefetch = self.remote_replay.sample.remote(bs, num_batches, ratio)
+        return fit_batches(ray.get(ref), num_batches,
+                           lambda k: ray.get(self.remote_replay.sample.remote(bs, k, ratio)))  # fmt: skip
 
     def _steps_stored(self) -> int:
         if self.local_replay is not None:
