@@ -11,6 +11,7 @@ Each placement runs ``--repeats`` times, interleaved with the others; the verdic
 medians (auto against the best fixed placement, and auto's prediction against its median).
 
     python benchmarks/bench_placement.py --workloads reach_sac pick_rlpd --seconds 45 --repeats 3
+    python benchmarks/bench_placement.py --workloads vla_dsrl --seconds 120 --warmup 20 --repeats 2 --keep
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ WORKLOADS = {
     "pushcube_ppo": ("maniskill", ["env.task=PushCube-v1", "algo=ppo", "policy=gaussian_ac"]),
     "pick_pixels_rlpd": ("gym_hil_pixels", ["algo=rlpd", "demos={demos}"]),
     "vla_dsrl": ("reach_color", ["algo=dsrl", "policy=lite_vla", "policy.vlm_layers=4", "algo.base_checkpoint={base}",
-                                 "algo.noise_encoder.encoder=base", "algo.paced=true", "algo.batch_size=128",
+                                 "algo.noise_encoder.encoder=base", "algo.paced=true", "algo.batch_size=32",
                                  "algo.utd_ratio=0.5"]),
 }
 # the placements a user would pick by hand: (mode, workers, envs per worker, rollout server)
@@ -196,12 +197,21 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=30.0, help="the profile's budget")
     ap.add_argument("--repeats", type=int, default=3, help="runs per placement, interleaved (medians reported)")
     ap.add_argument("--out", default=str(RESULTS / "placement_auto.json"))
+    ap.add_argument("--keep", action="store_true", help="keep the other workloads already in --out")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-placement-"))
     out = {"what": "placement=auto's prediction against measured runs of fixed placements",
            "seconds_per_run": args.seconds, "warmup_s": args.warmup, "workloads": [], "machine": describe()}  # fmt: skip
+    kept = []  # --keep: the file's other workloads stay, each with the settings it was measured at
+    if args.keep and Path(args.out).exists():
+        old = json.loads(Path(args.out).read_text())
+        kept = [{**w, "seconds_per_run": w.get("seconds_per_run", old.get("seconds_per_run")),
+                 "warmup_s": w.get("warmup_s", old.get("warmup_s"))}
+                for w in old.get("workloads", []) if w["workload"] not in args.workloads]  # fmt: skip
+    fresh = []
     for name in args.workloads:
-        out["workloads"].append(bench(name, args, work))
+        fresh.append({**bench(name, args, work), "seconds_per_run": args.seconds, "warmup_s": args.warmup})
+        out["workloads"] = [*kept, *fresh]
         Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
 
 

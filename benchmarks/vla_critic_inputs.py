@@ -63,55 +63,54 @@ def collect(steered, envs, spec, seeds, draws, box, rng):
     return {k: np.asarray(v, np.float32 if k != "state" else np.int64) for k, v in cols.items()}
 
 
-def fit_decoder(train, test, seed, epochs=300):
-    """A learned stand-in for the base's decoding, ``g(emb, u) -> chunk``, fit on the training
-    rows' (noise, decoded chunk) pairs: what a learner could compute without running the VLA.
-    Adds ``g`` to both sets; returns its R^2 on the held-out draws."""
+def fit_mlp(x, y, hidden, loss_fn, lr, seed, epochs, weight_decay=0.0):
+    """A 2-layer MLP fitted by Adam on standardised ``x`` (minibatches of 128): returns the
+    net and the standardisation ``(mean, std)`` it expects."""
     import torch
     from torch import nn
 
     torch.manual_seed(seed)
-    x = np.concatenate([train["emb"], train["u"]], 1)
     mu, sd = x.mean(0), x.std(0) + 1e-6
-    ym, ys = train["chunk"].mean(0), train["chunk"].std(0) + 1e-6
-    xt, yt = torch.from_numpy((x - mu) / sd), torch.from_numpy((train["chunk"] - ym) / ys)
-    net = nn.Sequential(nn.Linear(x.shape[1], 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, yt.shape[1]))
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    xt, yt = torch.from_numpy((x - mu) / sd), torch.from_numpy(y)
+    out = yt.shape[1] if yt.dim() > 1 else 1
+    net = nn.Sequential(nn.Linear(x.shape[1], hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, out))
+    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
     for _ in range(epochs):
         for b in torch.randperm(len(xt)).split(128):
-            loss = ((net(xt[b]) - yt[b]) ** 2).mean()
+            loss = loss_fn(net(xt[b]), yt[b])
             opt.zero_grad()
             loss.backward()
             opt.step()
+    return net, (mu, sd)
+
+
+def _predict(net, norm, x):
+    import torch
+
     with torch.no_grad():
-        for d in (train, test):
-            xd = np.concatenate([d["emb"], d["u"]], 1)
-            d["g"] = net(torch.from_numpy((xd - mu) / sd)).numpy() * ys + ym
+        return net(torch.from_numpy((x - norm[0]) / norm[1])).numpy()
+
+
+def fit_decoder(train, test, seed, epochs=300):
+    """A learned stand-in for the base's decoding, ``g(emb, u) -> chunk``, fit on the training
+    rows' (noise, decoded chunk) pairs: what a learner could compute without running the VLA.
+    Adds ``g`` to both sets; returns its R^2 on the held-out draws."""
+    ym, ys = train["chunk"].mean(0), train["chunk"].std(0) + 1e-6
+    net, norm = fit_mlp(np.concatenate([train["emb"], train["u"]], 1), (train["chunk"] - ym) / ys, 512,
+                        lambda p, y: ((p - y) ** 2).mean(), 1e-3, seed, epochs)  # fmt: skip
+    for d in (train, test):
+        d["g"] = _predict(net, norm, np.concatenate([d["emb"], d["u"]], 1)) * ys + ym
     resid = ((test["g"] - test["chunk"]) ** 2).sum()
     return round(float(1 - resid / ((test["chunk"] - test["chunk"].mean(0)) ** 2).sum()), 3)
 
 
 def fit_and_score(train, test, keys, seed, epochs=300):
     import torch
-    from torch import nn
 
-    torch.manual_seed(seed)
-    x = np.concatenate([train[k] for k in keys], 1)
-    mu, sd = x.mean(0), x.std(0) + 1e-6
-    xt = torch.from_numpy((x - mu) / sd)
-    yt = torch.from_numpy(train["won"])
-    net = nn.Sequential(nn.Linear(x.shape[1], 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1))
-    opt = torch.optim.Adam(net.parameters(), lr=3e-4, weight_decay=1e-4)
-    for _ in range(epochs):
-        perm = torch.randperm(len(xt))
-        for b in perm.split(128):
-            loss = nn.functional.binary_cross_entropy_with_logits(net(xt[b])[:, 0], yt[b])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    xs = np.concatenate([test[k] for k in keys], 1)
-    with torch.no_grad():
-        score = net(torch.from_numpy((xs - mu) / sd))[:, 0].numpy()
+    net, norm = fit_mlp(np.concatenate([train[k] for k in keys], 1), train["won"], 256,
+                        lambda p, y: torch.nn.functional.binary_cross_entropy_with_logits(p[:, 0], y), 3e-4, seed,
+                        epochs, weight_decay=1e-4)  # fmt: skip
+    score = _predict(net, norm, np.concatenate([test[k] for k in keys], 1))[:, 0]
     aucs, top, rate = [], 0, []
     for s in np.unique(test["state"]):
         m = test["state"] == s

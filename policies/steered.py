@@ -236,10 +236,21 @@ class RowEmbedder:
         if Col.ENV_ID not in cols or Col.STEP not in cols:
             return
         ended = (cols[Col.TERMINATED] > 0) | (cols.get(Col.TRUNCATED, np.zeros_like(cols[Col.TERMINATED])) > 0)
-        starts = {(int(e), int(t)): j for j, (e, t) in enumerate(zip(cols[Col.ENV_ID], cols[Col.STEP]))}
+        env, step = cols[Col.ENV_ID].astype(np.int64), cols[Col.STEP].astype(np.int64)
+        order = np.lexsort((step, env))  # rows by (env, step); the successor of j starts at (env_j, step_j + 1)
+        keys = np.stack([env[order], step[order]], 1)
+        want = np.stack([env, step + 1], 1)
+        pos = np.clip(_searchsorted_rows(keys, want), 0, len(order) - 1)
+        k = order[pos]
+        hit = (env[k] == env) & (step[k] == step + 1) & ~ended.reshape(-1)
         states, nexts = cols[Col.state(Col.OBS)], cols[Col.state(Col.NEXT_OBS)]
-        for j, (e, t) in enumerate(zip(cols[Col.ENV_ID], cols[Col.STEP])):
-            k = starts.get((int(e), int(t) + 1))
-            if k is not None and not ended[j] and np.array_equal(states[k], nexts[j]):
-                emb[j] = cols[f"{Col.OBS}/{Col.EMBEDDING}"][k]
-                todo[j] = False
+        hit &= np.all(states[k].reshape(len(k), -1) == nexts.reshape(len(k), -1), axis=1)
+        emb[hit] = cols[f"{Col.OBS}/{Col.EMBEDDING}"][k[hit]]
+        todo[hit] = False
+
+
+def _searchsorted_rows(keys: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per row of ``want`` (pairs), the first index of the lexicographically sorted pairs
+    ``keys`` that is not below it."""
+    shift = int(max(keys[:, 1].max(initial=0), want[:, 1].max(initial=0))) + 1
+    return np.searchsorted(keys[:, 0] * shift + keys[:, 1], want[:, 0] * shift + want[:, 1])
