@@ -45,8 +45,9 @@ FIXED = [("collocated", 1, 1, False), ("disaggregated", 1, 1, False), ("collocat
 FIXED_BY_WORKLOAD = {
     "pushcube_ppo": [("collocated", 1, 16, False), ("disaggregated", 1, 16, False), ("collocated", 2, 8, False),
                      ("collocated", 1, 32, False), ("collocated", 2, 8, True)],
-    "vla_dsrl": [("collocated", 1, 2, False), ("collocated", 1, 2, True), ("collocated", 2, 1, False),
-                 ("collocated", 2, 1, True), ("disaggregated", 1, 2, False)],
+    # one VLA pass serves a chunk of 4 steps for every env of a worker: a user would try more envs
+    "vla_dsrl": [("collocated", 1, 1, False), ("collocated", 1, 4, False), ("collocated", 1, 16, False),
+                 ("collocated", 2, 8, True), ("disaggregated", 1, 16, False)],
 }  # fmt: skip
 
 

@@ -11,6 +11,11 @@ Nothing here runs a robot or a GPU. The costs are measured ones, put together:
   (``results/image_learner_gpu.json``) and pi0's chunk latency by batch
   (``results/vla_pi0_gpu.json``);
 * the robots' control rate as a hard constraint: a robot never waits for a learner.
+* data-parallel learner replicas on the box's GPUs: each updates on ``B / N``, plus an
+  assumed ``DP_OVERHEAD_S`` an update (no GPU all-reduce is measured here). The H100 update
+  on frame features took the same time at every precision (bound by launching kernels, not
+  by arithmetic), so it is taken as flat in the batch; the fine-tuned EfficientNet's update
+  is taken as proportional to the batch, the most that replicas could gain.
 
 Per scenario the model (``rlinf_user/runtime/planning/model.py``) ranks the placements it
 would consider, and the top ones are written with what limits them:
@@ -30,6 +35,9 @@ from rlinf_user.runtime.planning.model import Costs, Curve, Pipeline, candidates
 RESULTS = Path(__file__).resolve().parent / "results"
 ROBOTS, HZ = 4, 10.0
 NETWORK_S = 0.001  # a request across the robot PC's link to the GPU box (1 GbE, small payloads)
+# what N >= 2 replicas add to an update on one box (assumed, not measured): the shards through
+# the object store and an NVLink all-reduce of a few to 50 MB of gradients, about a millisecond each
+DP_OVERHEAD_S = 0.002
 
 
 def cpu_costs(workload: str) -> Costs:
@@ -86,6 +94,19 @@ def main() -> None:
                 f"4 robots give {ROBOTS * HZ:g} env steps/s; an H100 update on frame features takes {upd * 1000:.1f} ms "
                 f"({1 / upd:.0f} updates/s), so UTD {utd:g} asks {utd * ROBOTS * HZ:g} updates/s of one learner",
             ))  # fmt: skip
+    for case, shape, utd in (("efficientnet_frame_features", "flat", 4.0), ("efficientnet_finetuned", "proportional", 1.0)):
+        upd = gpu_update_s(case)
+        c = robot_costs(pixels)
+        at = {64: upd, 128: upd, 256: upd} if shape == "flat" else {64: upd / 4, 128: upd / 2, 256: upd}
+        c.update = {"cuda": Curve(at, {b: v * 0.1 for b, v in at.items()}), "cpu": pixels.update["cpu"]}
+        c.dp_overhead = {"cuda": Curve({2: DP_OVERHEAD_S}, {2: DP_OVERHEAD_S * 0.1})}
+        out.append(scenario(
+            f"pixel RLPD, {case.replace('_', ' ')}, UTD {utd:g}, free-running, learner replicas", c,
+            Pipeline(on_policy=False, batch_size=256, utd_ratio=utd, paced=False, robots=ROBOTS),
+            f"an H100 update takes {upd * 1000:.1f} ms at batch 256, taken as {shape} in the batch; N replicas "
+            f"update on 256 / N each and add {DP_OVERHEAD_S * 1000:g} ms (assumed)",
+            top=6,
+        ))  # fmt: skip
     # the robot side's calls and the noise actor's update: an MLP SAC update at batch 256 as
     # profiled for the state pick (DSRL's actor and critics are MLPs of that size)
     vla = cpu_costs("pick_rlpd")

@@ -77,6 +77,7 @@ def choose_placement(cfg, console) -> dict:
     cfg.placement.rollout.enabled = p["rollout"]["enabled"]
     cfg.placement.rollout.device = p["rollout"]["device"]
     cfg.placement.learner_device = p["learner_device"]
+    cfg.placement.learner_replicas = p["learner_replicas"]
     console.print(f"placement=auto chose [bold]{best.candidate.label()}[/]: predicted {best.env_steps_per_s:.1f} env "
                   f"steps/s and {best.updates_per_s:.1f} updates/s, limited by {best.bottleneck}")  # fmt: skip
     return {"costs": costs.to_dict(), "pipeline": pipe.__dict__, "ranking": [q.row() for q in preds],

@@ -26,9 +26,12 @@ def test_plan_profiles_the_roles_and_ranks_placements_best_first(tmp_path):
     assert c["worker"]["wall"]["1"] > c["env_step"]["wall"]["1"]  # the real worker: env, act, writer, sends
     assert c["act"]["cpu"]["wall"]["1"] > 0 and c["update"]["cpu"]["wall"]["256"] > 0
     assert c["row"]["cpu"]["1"] > 0 and c["call_s"] > 0  # measured through a real Ray actor call
+    assert 0 < c["update"]["cpu"]["wall"]["128"] < c["update"]["cpu"]["wall"]["256"] * 1.5  # half the batch
+    assert c["dp_overhead"]["cpu"]["wall"]["2"] >= 0  # two real data-parallel replicas, less one on half a batch
     ranking = plan["ranking"]
     assert len(ranking) > 4 and {row["bottleneck"] for row in ranking} <= {"workers", "learner", "cpu", "rollout server"}
     assert ranking[0]["env_steps_per_s"] > 0
+    assert any("2 learner replicas" in row["placement"] for row in ranking)
     assert plan["chosen"]["mode"] in MODES and plan["chosen"]["num_env_workers"] >= 1
 
 

@@ -121,3 +121,47 @@ def test_the_update_measured_beside_a_worker_is_the_one_a_run_gets():
     beside = predict(c, pipe, Candidate("collocated", 1, 1))
     assert beside.bottleneck == "learner" and beside.updates_per_s == pytest.approx(alone.updates_per_s / 2, rel=0.05)
     assert {x.learner_device for x in candidates(c, pipe)} == {"cpu"}
+
+
+def test_learner_replicas_split_a_compute_bound_update_and_only_add_overhead_to_a_launch_bound_one():
+    """N data-parallel replicas update on B / N each and add their measured overhead (shards,
+    all-reduce): that pays where the update grows with the batch, never where it is bound by
+    launching kernels (the same 12.5 ms at any batch), and CPU replicas each take a core."""
+    pipe = Pipeline(on_policy=False, batch_size=256, utd_ratio=4.0, paced=False)
+    box = costs(env=1e-4, act=1e-4, cores=16, gpus=4)
+    box.act["cuda"] = flat(1e-4)
+    box.update["cuda"] = linear(0.01 / 256, at=(128, 256))  # 10 ms at 256, 5 ms at 128
+    box.dp_overhead["cuda"] = Curve({2: 1e-3}, {2: 1e-4})
+    cands = candidates(box, pipe)
+    assert {x.learner_replicas for x in cands if x.learner_device == "cuda"} == {1, 2, 4}
+    assert {x.learner_replicas for x in cands if x.learner_device == "cpu"} == {1}  # not profiled there
+    one = predict(box, pipe, Candidate("collocated", 4, 1, False, "cuda", "cpu"))
+    two = predict(box, pipe, Candidate("collocated", 4, 1, False, "cuda", "cpu", 2))
+    four = predict(box, pipe, Candidate("collocated", 4, 1, False, "cuda", "cpu", 4))
+    assert one.bottleneck == two.bottleneck == "learner"
+    assert one.updates_per_s == pytest.approx(100, rel=0.02)
+    assert two.updates_per_s == pytest.approx(1 / 0.006, rel=0.02)  # 5 ms on half the batch + 1 ms
+    assert four.updates_per_s == pytest.approx(1 / 0.0035, rel=0.02)  # the overhead flat past 2
+    assert rank(box, pipe)[0].candidate.learner_replicas == 4
+    assert "4 learner replicas" in four.candidate.label() and "placement.learner_replicas=4" in four.candidate.overrides()
+    box.update["cuda"] = flat(0.0125, at=(128, 256))  # launch-bound: the same at any batch
+    assert predict(box, pipe, two.candidate).updates_per_s < predict(box, pipe, one.candidate).updates_per_s
+    # below the smallest batch measured (64 for 4 replicas) the measured slope is carried down
+    assert predict(box, pipe, four.candidate).updates_per_s == pytest.approx(1 / 0.0135, rel=0.02)
+    assert rank(box, pipe)[0].candidate.learner_replicas == 1
+
+
+def test_cpu_replicas_count_every_replica_against_the_cores():
+    pipe = Pipeline(on_policy=False, batch_size=256, utd_ratio=1.0, paced=True)
+    c = costs(env=4e-3, act=5e-4, cores=2)
+    c.update["cpu"] = linear(0.006 / 256, at=(128, 256))
+    c.dp_overhead["cpu"] = Curve({2: 1e-3}, {2: 1e-3})
+    one = predict(c, pipe, Candidate("collocated", 1, 1))
+    two = predict(c, pipe, Candidate("collocated", 1, 1, learner_replicas=2))
+    # per env step: one learner spends 6 ms of CPU; two replicas 2 x 3 ms + 1 ms
+    per_step_one = one.usage["cpu"] * c.cores / one.env_steps_per_s
+    per_step_two = two.usage["cpu"] * c.cores / two.env_steps_per_s
+    assert per_step_two - per_step_one == pytest.approx(1e-3, rel=0.05)
+    assert {x.learner_replicas for x in candidates(c, pipe)} == {1, 2}
+    assert two.bottleneck == "cpu" and two.env_steps_per_s < one.env_steps_per_s  # the cores, not the learner
+    assert rank(c, pipe)[0].candidate.learner_replicas == 1

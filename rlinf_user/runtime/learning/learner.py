@@ -123,9 +123,9 @@ class Learner:
         self.dp = None
         self._replicas = (int(cfg.placement.get("learner_replicas", 1) or 1), replica_options or {})
         if not self._warm_due:  # else after the warm start: replicas join with the warmed weights
-            self._start_replicas()
+            self.start_replicas()
 
-    def _start_replicas(self) -> None:
+    def start_replicas(self) -> None:
         replicas, options = self._replicas
         if replicas > 1:  # data-parallel: this is rank 0 (see rlinf_user.runtime.learning.data_parallel)
             from rlinf_user.runtime.learning.data_parallel import DataParallel
@@ -142,7 +142,7 @@ class Learner:
         if updates:
             log.info("warm start: %d updates on the demonstrations before the first env step", updates)
             self.warm_start(updates)  # on this learner alone, before any replica joins
-            self._start_replicas()
+            self.start_replicas()
         return updates
 
     def warm_start(self, updates: int) -> float:

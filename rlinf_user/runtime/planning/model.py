@@ -14,6 +14,13 @@ candidate's env steps/s and updates/s as the tightest of its bottlenecks:
   also stores every row the workers send. Its busy time per second is at most 1;
 * **the rollout server** (when on) answers every worker's act in shared batches: per
   second at most 1 of its time, at the batch the workers' requests form;
+* **data-parallel learner replicas** (``placement.learner_replicas = N``, replay algorithms):
+  each replica updates on ``1/N`` of the batch, so an update costs the update at ``B / N``
+  plus what the replicas add (the shards sent to them, the gradients' all-reduce, the wait
+  for the slowest), measured at ``N = 2`` and taken as flat in ``N`` (a ring all-reduce
+  sends about twice the gradients per replica whatever ``N``; the shards shrink). An update
+  bound by launching kernels, not by arithmetic, costs as much at ``B / N`` as at ``B``: there
+  replicas only add their overhead. On CPUs each replica is a busy process;
 * **the CPU**: every process's CPU seconds per second summed stay within the cores
   (``cores * efficiency``; the efficiency is what the scheduler and the runtime's own
   threads leave, calibrated against measured runs in ``benchmarks/bench_placement.py``).
@@ -90,6 +97,9 @@ class Costs:
     sample_transfer: Curve = field(default_factory=Curve)  # a batch from the replay actor (disaggregated), by B
     call_s: float = 0.0  # one actor call's fixed cost (a rollout call, a request to the rollout server)
     request: Curve = field(default_factory=Curve)  # a request to the rollout server for E observations, alone
+    # what N >= 2 data-parallel learner replicas add to an update, by device: keyed by N
+    # (measured at 2; flat past the largest measured)
+    dp_overhead: dict[str, Curve] = field(default_factory=dict)
     publish_s: float = 0.0  # publishing the weights once (learner side)
     apply_s: float = 0.0  # a worker taking one publication
     robot_hz: float | None = None  # the env steps at a robot's fixed rate: its step is 1 / hz
@@ -107,6 +117,7 @@ class Costs:
             update={k: Curve.from_dict(v) for k, v in d.get("update", {}).items()},
             sample_transfer=Curve.from_dict(d.get("sample_transfer", {})), call_s=float(d.get("call_s", 0.0)),
             request=Curve.from_dict(d.get("request", {})),
+            dp_overhead={k: Curve.from_dict(v) for k, v in d.get("dp_overhead", {}).items()},
             publish_s=float(d.get("publish_s", 0.0)), apply_s=float(d.get("apply_s", 0.0)),
             robot_hz=d.get("robot_hz"),
         )  # fmt: skip
@@ -137,11 +148,13 @@ class Candidate:
     rollout: bool = False
     learner_device: str = "cpu"
     act_device: str = "cpu"  # where the policy acts: each worker's, or the rollout server's
+    learner_replicas: int = 1  # data-parallel copies of the learner, each on 1/N of a batch
 
     def label(self) -> str:
         served = f" + rollout server ({self.act_device})" if self.rollout else ""
         dev = "" if self.learner_device == "cpu" else f", learner on {self.learner_device}"
-        return f"{self.mode}, {self.workers} x {self.envs_per_worker} envs{served}{dev}"
+        dp = f", {self.learner_replicas} learner replicas" if self.learner_replicas > 1 else ""
+        return f"{self.mode}, {self.workers} x {self.envs_per_worker} envs{served}{dev}{dp}"
 
     def overrides(self) -> list[str]:
         """The command-line overrides that set this placement."""
@@ -150,13 +163,14 @@ class Candidate:
                 f"placement.envs_per_worker={p['envs_per_worker']}",
                 f"placement.rollout.enabled={str(self.rollout).lower()}",
                 *([f"placement.rollout.device={self.act_device}"] if self.rollout else []),
-                f"placement.learner_device={self.learner_device}"]  # fmt: skip
+                f"placement.learner_device={self.learner_device}",
+                f"placement.learner_replicas={self.learner_replicas}"]  # fmt: skip
 
     def placement(self) -> dict[str, Any]:
         """The ``placement.*`` values this candidate sets."""
         return {"mode": self.mode, "num_env_workers": self.workers, "envs_per_worker": self.envs_per_worker,
                 "rollout": {"enabled": self.rollout, "device": self.act_device},
-                "learner_device": self.learner_device}  # fmt: skip
+                "learner_device": self.learner_device, "learner_replicas": self.learner_replicas}  # fmt: skip
 
 
 @dataclass
@@ -203,6 +217,35 @@ def worker_step(costs: Costs, pipe: Pipeline, c: Candidate) -> tuple[float, floa
     return env_wall + act_wall + send + call, env_cpu + act_cpu + send + call
 
 
+def update_s(costs: Costs, upd: Curve, batch: int, c: Candidate) -> tuple[float, float]:
+    """(wall, CPU) seconds of one update of the learner role on curve ``upd``: one learner at
+    ``batch``, or ``N`` replicas each at ``batch / N`` plus their overhead (every replica's
+    CPU counted on CPUs). ``batch / N`` scales ``upd`` at ``batch`` as the learner device's
+    own curve shrinks (a curve measured beside a worker has only the run's batch)."""
+    n = max(1, int(c.learner_replicas))
+    wall, cpu = upd.wall_s(batch), upd.cpu_s(batch)
+    if n == 1:
+        return wall, cpu
+    base = costs.update.get(c.learner_device, upd)
+    wall *= _shrunk(base.wall, batch / n) / max(base.wall_s(batch), 1e-12)
+    cpu *= _shrunk(base.cpu or base.wall, batch / n) / max(base.cpu_s(batch), 1e-12)
+    over = costs.dp_overhead[c.learner_device]
+    at = min(n, max(over.wall))  # flat past the largest measured
+    return wall + over.wall_s(at), (n * cpu if c.learner_device == "cpu" else cpu) + over.cpu_s(at)
+
+
+def _shrunk(table: dict[int, float], n: float) -> float:
+    """A learner curve at a batch ``n`` that may be below its smallest measured one: the first
+    segment's slope carried down (flat stays flat; proportional stays proportional), never
+    below proportional to the batch."""
+    xs = sorted(table)
+    if not xs or n >= xs[0] or len(xs) == 1:
+        return Curve(table)._at(table, n)
+    a, b = xs[0], xs[1]
+    slope = max(0.0, (table[b] - table[a]) / (b - a))
+    return max(table[a] - slope * (a - n), table[a] * n / a)
+
+
 def _request_s(costs: Costs, e: int) -> float:
     """A worker's wait for the rollout server's answer to E observations: the measured round
     trip (the call, the server's queue and forward pass) where profiled, else an empty call."""
@@ -217,7 +260,7 @@ def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
     u = max(pipe.utd_ratio, 1e-9)
     # the learner's update as it runs beside the workers (measured so where profiled)
     upd = costs.update.get(f"{c.learner_device}_beside_worker") or costs.update[c.learner_device]
-    upd_wall, upd_cpu = upd.wall_s(pipe.batch_size), upd.cpu_s(pipe.batch_size)
+    upd_wall, upd_cpu = update_s(costs, upd, pipe.batch_size, c)
     if c.mode == "disaggregated":  # the batch comes from the replay actor, fetched while it updates
         upd_wall = max(upd_wall, costs.sample_transfer.wall_s(pipe.batch_size))
         upd_cpu += costs.sample_transfer.cpu_s(pipe.batch_size)
@@ -243,7 +286,8 @@ def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
         rate = limits[neck]
         updates = u * rate
     else:  # both run free: the OS shares the cores among the busy processes
-        busy = w + 1 + (1 if c.rollout else 0) + (0.5 if c.mode == "disaggregated" else 0.0)
+        replicas = c.learner_replicas - 1 if c.learner_device == "cpu" else 0
+        busy = w + 1 + replicas + (1 if c.rollout else 0) + (0.5 if c.mode == "disaggregated" else 0.0)
         share = min(1.0, cores / busy)
         limits = {k: v * share for k, v in limits.items()}
         neck = min(limits, key=limits.get)
@@ -280,11 +324,23 @@ def _predict_rounds(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
     return Prediction(c, rate, 1.0 / (collect + update), neck, usage, False, rate)
 
 
+def replica_counts(costs: Costs, pipe: Pipeline, device: str) -> list[int]:
+    """Learner replica counts worth predicting on ``device``: 1, and powers of two up to its
+    GPUs (or its cores: the CPU sum weighs them against the workers) where the replicas' overhead
+    was measured there; replay algorithms only (an on-policy round's update count is the
+    algorithm's epochs and minibatches, which the model does not see)."""
+    if pipe.on_policy or device not in costs.dp_overhead:
+        return [1]
+    limit = costs.gpus if device == "cuda" else costs.cores
+    return [1] + [n for n in (2, 4, 8) if n <= limit and pipe.batch_size // n >= 1]
+
+
 def candidates(costs: Costs, pipe: Pipeline, *, max_envs: int = 16, served: bool = True) -> list[Candidate]:
     """Every placement worth predicting on these resources: both modes; 1 to ``cores``
     workers (a robot's workers: its count); 1 to ``max_envs`` envs per worker in powers of
     two; the rollout server off, and on where there is more than one worker to batch
-    (``served``: the policy can be served); each device present for the learner and act."""
+    (``served``: the policy can be served); each device present for the learner and act,
+    with 1 or more learner replicas (:func:`replica_counts`)."""
     devices = ["cpu"] + (["cuda"] if costs.gpus > 0 else [])
     learner_devices = [d for d in devices if d in costs.update] or ["cpu"]  # (not "cpu_beside_worker")
     act_devices = [d for d in devices if d in costs.act] or ["cpu"]
@@ -299,9 +355,10 @@ def candidates(costs: Costs, pipe: Pipeline, *, max_envs: int = 16, served: bool
             for e in env_counts:
                 for ld in learner_devices:
                     for ad in act_devices:
-                        out.append(Candidate(mode, w, e, False, ld, ad))
-                        if served and w * e > 1:
-                            out.append(Candidate(mode, w, e, True, ld, ad))
+                        for n in replica_counts(costs, pipe, ld):
+                            out.append(Candidate(mode, w, e, False, ld, ad, n))
+                            if served and w * e > 1:
+                                out.append(Candidate(mode, w, e, True, ld, ad, n))
     return list(dict.fromkeys(out))
 
 
@@ -319,7 +376,7 @@ def rank(costs: Costs, pipe: Pipeline, cands: list[Candidate] | None = None) -> 
 
     def simpler(p: Prediction):
         c = p.candidate
-        return (c.workers * c.envs_per_worker, c.rollout, c.mode != "collocated", -p.score)
+        return (c.workers * c.envs_per_worker, c.learner_replicas, c.rollout, c.mode != "collocated", -p.score)
 
     head = sorted((p for p in preds if near(p)), key=simpler)
     rest = sorted((p for p in preds if not near(p)), key=lambda p: (p.holds_robot, -p.score))

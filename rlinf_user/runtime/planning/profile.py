@@ -7,7 +7,10 @@ Each role's work is run for real, in this process and through Ray, for a few sec
 * ``act``: the acting policy on batches of those observations, on each device present;
 * ``row`` and ``store``: real transitions as replay columns, through a Ray actor call (the
   worker's serialisation and send; the receiver's deserialisation) and into a replay buffer;
-* ``update``: the algorithm's update on batches sampled from those rows, on each device;
+* ``update``: the algorithm's update on batches sampled from those rows, on each device,
+  at the run's batch and at half of it;
+* ``dp_overhead``: what two data-parallel learner replicas (the real ones, on their own
+  Ray actor) add to an update over one learner at half the batch;
 * ``request``: a worker's request to the real rollout server for E observations (round
   trip, measured alone);
 * ``call_s``: an actor call's fixed cost; ``publish_s`` / ``apply_s``: the policy's
@@ -30,6 +33,7 @@ import numpy as np
 
 from rlinf_user.env.spec import Col
 from rlinf_user.runtime.planning.model import Costs, Curve, Pipeline
+from rlinf_user.runtime.planning.profile_learner import ROLLOUT_STEPS, LearnerProfiles, _timed
 from rlinf_user.runtime.planning.stand_ins import _sink_class, _zero_obs
 
 log = logging.getLogger(__name__)
@@ -37,30 +41,14 @@ log = logging.getLogger(__name__)
 ENV_COUNTS = (1, 2, 4, 8)
 ACT_BATCHES = (1, 2, 4, 8, 16, 32)
 ROW_BATCHES = (1, 8, 64)
-TRAIN_CALL_UPDATES = 50  # updates per train call of the streaming loop
 SLOWEST_ACT_S = 0.5  # seconds per action above which a policy cannot run a control loop on this CPU
-ROLLOUT_STEPS = 100  # env steps per rollout call of the streaming loop (runtime.orchestration.loops)
 
 
 class ProfileError(RuntimeError):
     """A profile step failed: which role, and why."""
 
 
-def _timed(fn: Callable[[], Any], min_s: float, min_reps: int = 3, max_reps: int = 200) -> tuple[float, float]:
-    """(wall, CPU) seconds per call of ``fn``: after one untimed call, repeated until
-    ``min_s`` and ``min_reps``; the median of the wall times, CPU time averaged."""
-    fn()
-    walls, reps = [], 0
-    c0, t_end = time.process_time(), time.perf_counter() + min_s
-    while reps < min_reps or (time.perf_counter() < t_end and reps < max_reps):
-        t = time.perf_counter()
-        fn()
-        walls.append(time.perf_counter() - t)
-        reps += 1
-    return float(np.median(walls)), (time.process_time() - c0) / reps
-
-
-class Profiler:
+class Profiler(LearnerProfiles):
     """Measures one composed run config's roles; :meth:`run` returns (costs, pipeline)."""
 
     def __init__(self, cfg, budget_s: float = 60.0, progress: Callable[[str, float], None] | None = None):
@@ -131,6 +119,9 @@ class Profiler:
             costs.update = self._step("learner (update)", lambda: self._rounds(spec, plan, share, gpus))
         if not on_policy and rows is not None:
             costs.update, ingest = self._step("learner (update)", lambda: self._updates(rows, spec, plan, share, gpus))
+            self.progress("learner replicas", 4 / 6)
+            costs.dp_overhead = self._step("learner replicas (data-parallel update)",
+                                           lambda: self._replicas(rows, spec, plan, costs, share, gpus))  # fmt: skip
             if ingest.wall:  # the learner's own add of a chunk, and the chunk's deserialisation
                 costs.store = Curve({b: v + costs.row.wall_s(b) / 2 for b, v in ingest.wall.items()},
                                     {b: v + costs.row.cpu_s(b) / 2 for b, v in ingest.cpu.items()})  # fmt: skip
@@ -351,114 +342,6 @@ class Profiler:
         store = Curve({b: store.wall[b] + row.wall[b] / 2 for b in store.wall},
                       {b: store.cpu[b] + row.cpu[b] / 2 for b in store.cpu})  # fmt: skip
         return row, store, transfer, call_s
-
-    def _updates(self, rows, spec, plan, share: float, gpus: int) -> tuple[dict[str, Curve], Curve]:
-        """The real learner (:class:`~rlinf_user.runtime.learning.learner.Learner`, in this
-        process, its buffer inside it, the run's demonstrations loaded): its ``train`` calls
-        as the training loop makes them, sampling included, per update; and its ``add`` of a
-        worker's chunk (what a collocated learner spends on every row)."""
-        import tempfile
-
-        from omegaconf import OmegaConf
-
-        from rlinf_user.runtime.learning.learner import Learner
-
-        batch = int(plan.batch_size)
-        n = len(rows[Col.REWARD])
-        send = int(self.cfg.buffer.get("chunk_steps", 50) or 50)
-        chunk = {k: v[np.arange(send) % n] for k, v in rows.items()}
-        out, ingest = {}, Curve()
-        for device in ["cpu"] + (["cuda"] if gpus else []):
-            cfg = OmegaConf.merge(self.cfg, {"placement": {"learner_device": device}, "buffer": {"persist": False},
-                                             "publish_every_updates": 10**9})  # fmt: skip
-            with tempfile.TemporaryDirectory() as run_dir:
-                learner = Learner(cfg, spec, run_dir)
-                try:
-                    while learner._buffer_size() < max(batch, 2 * send):
-                        if not learner.add(chunk):
-                            raise RuntimeError("the learner's replay refused the profile's rows (its log says why)")
-                    if device == "cpu":
-                        ingest.wall[send], ingest.cpu[send] = _timed(lambda lr=learner: lr.add(chunk), 0.2, max_reps=50)
-                    learner.train(2, 10**9)
-                    t0, c0, done = time.perf_counter(), time.process_time(), 0
-                    while done < 4 or time.perf_counter() - t0 < share * 2 / (2 if gpus else 1):
-                        done += int(learner.train(TRAIN_CALL_UPDATES // 5, 10**9)["updates"])
-                    curve = Curve({batch: (time.perf_counter() - t0) / done}, {batch: (time.process_time() - c0) / done})
-                    if device == "cpu":  # and with a real env worker stepping beside it, as in a run
-                        beside = self._beside_a_worker(lambda lr=learner: lr.train(TRAIN_CALL_UPDATES // 5, 10**9),
-                                                       share)  # fmt: skip
-                        out["cpu_beside_worker"] = Curve({batch: beside[0]}, {batch: beside[1]})
-                finally:
-                    learner.close()
-            out[device] = curve
-        return out, ingest
-
-    def _beside_a_worker(self, train: Callable[[], dict], share: float) -> tuple[float, float]:
-        """(wall, CPU) seconds per update of ``train`` calls while the real env worker runs
-        its rollouts in its own process beside them: what the cores' and caches' sharing
-        costs an update (on 2 vCPUs of one physical core, an update took 1.2-1.9x its time
-        alone inside the runs of ``benchmarks/bench_placement.py``)."""
-        import ray
-
-        from rlinf_user.runtime.rollout.env_worker import EnvWorker
-
-        sink = _sink_class().options(num_cpus=0).remote()
-        worker = ray.remote(EnvWorker).options(num_cpus=0).remote(self.cfg, worker_id=0, sink=sink,
-                                                                  seed=int(self.cfg.seed))  # fmt: skip
-        try:
-            ray.get(worker.rollout.remote(10))  # started and stepping: its start-up is not the cost
-            calls = [worker.rollout.remote(ROLLOUT_STEPS) for _ in range(2)]
-            t0, c0, done = time.perf_counter(), time.process_time(), 0
-            while done < 4 or time.perf_counter() - t0 < share:
-                done += int(train()["updates"])
-                ready, calls = ray.wait(calls, timeout=0)
-                calls += [worker.rollout.remote(ROLLOUT_STEPS) for _ in ready]  # two always queued
-            return (time.perf_counter() - t0) / done, (time.process_time() - c0) / done
-        finally:
-            ray.kill(worker)
-            ray.kill(sink)
-
-    def _rounds(self, spec, plan, share: float, gpus: int) -> dict[str, Curve]:
-        """On-policy: the real learner's update on one round of the real env worker's rows
-        (``num_steps`` per env, log-probs and values included), and on half of its envs'
-        rows: seconds per update by the rows in the round (the model interpolates between)."""
-        import tempfile
-
-        import ray
-        from omegaconf import OmegaConf
-
-        from rlinf_user.runtime.learning.learner import Learner
-        from rlinf_user.runtime.rollout.env_worker import EnvWorker
-
-        envs = max(8, int(self.cfg.placement.envs_per_worker))  # rounds large enough to see the slope
-        sink = _sink_class().options(num_cpus=0).remote()
-        ray.get(sink.keep.remote(True))
-        worker = EnvWorker(self.cfg, worker_id=0, sink=sink, seed=int(self.cfg.seed), num_envs=envs)
-        try:
-            worker.rollout(int(plan.num_steps), min_version=0)
-        finally:
-            worker.close()
-        chunks = ray.get(sink.keep.remote(False))
-        rows = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-        half = {k: v[rows[Col.ENV_ID] < envs // 2] for k, v in rows.items()}
-        out = {}
-        for device in ["cpu"] + (["cuda"] if gpus else []):
-            cfg = OmegaConf.merge(self.cfg, {"placement": {"learner_device": device}, "buffer": {"persist": False}})
-            curve = Curve()
-            with tempfile.TemporaryDirectory() as run_dir:
-                learner = Learner(cfg, spec, run_dir)
-                learner.publish = lambda: 0  # a round ends in a publication: profiled on its own (publish_s)
-                try:
-                    for part in (half, rows, half, rows):  # the first of each size warms up
-                        learner.add(part)
-                        t0, c0 = time.perf_counter(), time.process_time()
-                        learner.train(0, 0, 1)
-                        n = len(part[Col.REWARD])
-                        curve.wall[n], curve.cpu[n] = time.perf_counter() - t0, time.process_time() - c0
-                finally:
-                    learner.close()
-            out[device] = curve
-        return out
 
     def _weights(self, policy) -> tuple[float, float]:
         import torch

@@ -29,7 +29,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from rlinf_user.runtime.planning.model import Candidate, Costs, Curve, Pipeline, predict, rank, worker_step
+from rlinf_user.runtime.planning.model import Candidate, Costs, Curve, Pipeline, predict, rank, update_s, worker_step
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,8 @@ class Replanner:
         chosen = plan["chosen"]
         self.live = Candidate(chosen["mode"], int(chosen["num_env_workers"]), int(chosen["envs_per_worker"]),
                               bool(chosen["rollout"]["enabled"]), str(chosen["learner_device"]),
-                              str(chosen["rollout"]["device"]) if chosen["rollout"]["enabled"] else "cpu")  # fmt: skip
+                              str(chosen["rollout"]["device"]) if chosen["rollout"]["enabled"] else "cpu",
+                              int(chosen.get("learner_replicas", 1) or 1))  # fmt: skip
         self.max_workers = max(int(max_workers), self.live.workers)
         self.tolerance = float(tolerance)
         self.decisions: list[dict[str, Any]] = []
@@ -112,11 +113,12 @@ class Replanner:
         if measured["update_s"]:
             key = f"{live.learner_device}_beside_worker"
             curve = costs.update.get(key) or costs.update.get(live.learner_device)
-            profiled = curve.wall_s(self.pipe.batch_size) if curve is not None else 0.0
+            profiled = update_s(self.costs, curve, self.pipe.batch_size, live)[0] if curve is not None else 0.0
             if profiled > 0:
                 f = measured["update_s"] / profiled
                 factors["update"] = f
                 costs.update = {k: _scaled(v, f) for k, v in costs.update.items()}
+                costs.dp_overhead = {k: _scaled(v, f) for k, v in costs.dp_overhead.items()}
         return costs, factors
 
     def step(self, drifted: bool | None, cluster_cpus: float, workers: int, at_s: float) -> dict[str, Any] | None:
