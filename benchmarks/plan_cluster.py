@@ -98,7 +98,9 @@ def main() -> None:
         upd = gpu_update_s(case)
         c = robot_costs(pixels)
         at = {64: upd, 128: upd, 256: upd} if shape == "flat" else {64: upd / 4, 128: upd / 2, 256: upd}
-        c.update = {"cuda": Curve(at, {b: v * 0.1 for b, v in at.items()}), "cpu": pixels.update["cpu"]}
+        c.update = {"cuda": Curve(at, {b: v * 0.1 for b, v in at.items()})}  # the profiled CPU learner: frame features
+        if shape == "flat":
+            c.update["cpu"] = pixels.update["cpu"]
         c.dp_overhead = {"cuda": Curve({2: DP_OVERHEAD_S}, {2: DP_OVERHEAD_S * 0.1})}
         out.append(scenario(
             f"pixel RLPD, {case.replace('_', ' ')}, UTD {utd:g}, free-running, learner replicas", c,
