@@ -39,7 +39,8 @@ WORKLOADS = {
                                  "algo.noise_encoder.encoder=base", "algo.paced=true", "algo.batch_size=32",
                                  "algo.utd_ratio=0.5"]),
 }
-# the placements a user would pick by hand: (mode, workers, envs per worker, rollout server)
+# the placements a user would pick by hand: (mode, workers, envs per worker, rollout server[,
+# learner replicas]); --fixed mode:workers:envs:rollout:replicas replaces them
 FIXED = [("collocated", 1, 1, False), ("disaggregated", 1, 1, False), ("collocated", 2, 1, False),
          ("collocated", 1, 4, False), ("collocated", 2, 2, True)]  # fmt: skip
 FIXED_BY_WORKLOAD = {
@@ -79,11 +80,6 @@ def record_demos(sim: str, root: Path) -> Path:
         if rc != 0:
             raise SystemExit(f"recording demonstrations exited {rc}")
     return root
-
-
-def placement_overrides(mode: str, workers: int, envs: int, rollout: bool) -> list[str]:
-    return [f"placement={mode}", f"placement.num_env_workers={workers}", f"placement.envs_per_worker={envs}",
-            f"placement.rollout.enabled={str(rollout).lower()}"]  # fmt: skip
 
 
 def measure(sim: str, overrides: list[str], placement: list[str], seconds: float, warmup: float, work: Path) -> dict:
@@ -156,7 +152,8 @@ def bench(name: str, args, work: Path) -> dict:
     ranking = rank(costs, pipe)
     chosen = ranking[0].candidate
     u = max(pipe.utd_ratio, 1e-9)
-    fixed = [Candidate(m, w, e, r) for m, w, e, r in FIXED_BY_WORKLOAD.get(name, FIXED)]
+    fixed = [Candidate(m, w, e, r, learner_replicas=int(n[0]) if n else 1)
+             for m, w, e, r, *n in (args.fixed or FIXED_BY_WORKLOAD.get(name, FIXED))]  # fmt: skip
     cands = [*fixed, *([] if chosen in fixed else [chosen])]
     runs: dict[str, list[dict]] = {c.label(): [] for c in cands}
     for rep in range(args.repeats):  # interleaved: a slow spell of the machine hits every placement
@@ -190,6 +187,11 @@ def bench(name: str, args, work: Path) -> dict:
             "top_predicted": [p.row() for p in ranking[:8]], "runs": rows}  # fmt: skip
 
 
+def fixed_placement(text: str) -> tuple:
+    mode, workers, envs, rollout, replicas = text.split(":")
+    return mode, int(workers), int(envs), rollout == "1", int(replicas)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
@@ -199,6 +201,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs per placement, interleaved (medians reported)")
     ap.add_argument("--out", default=str(RESULTS / "placement_auto.json"))
     ap.add_argument("--keep", action="store_true", help="keep the other workloads already in --out")
+    ap.add_argument("--fixed", nargs="+", type=fixed_placement, default=None,
+                    help="the fixed placements to run, each mode:workers:envs:rollout(0|1):replicas")  # fmt: skip
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-placement-"))
     out = {"what": "placement=auto's prediction against measured runs of fixed placements",
