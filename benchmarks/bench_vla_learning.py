@@ -181,20 +181,40 @@ def dsrl(args) -> None:
             f"eval_every_steps={args.eval_every}", f"eval_episodes={args.eval_states}", "eval_at_start=true",
             f"run_root={work}", f"run_name=dsrl_s{args.seed}", "progress=false", *args.overrides]  # fmt: skip
     t0 = time.time()
-    if cli(argv) != 0:
-        raise SystemExit("the DSRL run failed")
     run = work / f"dsrl_s{args.seed}"
-    summary = json.loads((run / "eval" / "summary.json").read_text())
+    if args.collect:  # a run stopped by hand: its evaluations so far, and its kept policy on the test states
+        summary = stopped_run(run, args.eval_states, cli)
+    elif cli(argv) != 0:
+        raise SystemExit("the DSRL run failed")
+    else:
+        summary = json.loads((run / "eval" / "summary.json").read_text())
     with open(run / "eval" / "history.csv") as f:
         history = [{k: float(v) for k, v in row.items() if k in HISTORY_KEYS} for row in csv.DictReader(f)]
     out = {"what": "DSRL over a frozen lite_vla behaviour-cloned on reach_color (layout=slots); success over distinct "
                    "held-out states (validation during training, test for the kept policy)",
            "seed": args.seed, "clone": json.loads(clone_info.read_text()), "overrides": argv[1:],
-           "wall_s": round(time.time() - t0, 1), "history": history,
+           "wall_s": history[-1]["wall_seconds"] if args.collect else round(time.time() - t0, 1), "history": history,
            "best_eval_success": summary.get("best_eval_success"), "final_eval": summary.get("final_eval"),
            "test_eval": summary.get("test_eval"), "machine": describe()}  # fmt: skip
     print(json.dumps({k: out[k] for k in ("seed", "clone", "best_eval_success", "test_eval")}, indent=2))
     Path(args.out or RESULTS / f"vla_dsrl_reach_color_s{args.seed}.json").write_text(json.dumps(out, indent=2) + "\n")
+
+
+def stopped_run(run: Path, states: int, cli) -> dict:
+    """What a finished run's summary holds, for a run stopped before its last step: the best
+    evaluation so far, and the kept policy (best.pt) on ``states`` test states."""
+    out = run / "eval" / "test_kept"
+    if cli(["eval", str(run), "--checkpoint", "best", "--episodes", str(states), "--split", "test", "--video-episodes", "0",
+            "--out", str(out)]):
+        raise SystemExit("the test evaluation failed")
+    test = json.loads(next(out.glob("*.json")).read_text())
+    with open(run / "eval" / "history.csv") as f:
+        rows = list(csv.DictReader(f))
+    best = max(rows, key=lambda r: float(r["success_rate"]))
+    return {"best_eval_success": float(best["success_rate"]), "final_eval": None,
+            "test_eval": {k: test.get(k) for k in ("success_rate", "ci95_low", "ci95_high", "episodes", "distinct_states")}
+            | {"policy": "best", "policy_version": int(best["policy_version"]),
+               "stopped_at_env_steps": int(rows[-1]["env_steps"])}}  # fmt: skip
 
 
 def ppo(args) -> None:
@@ -275,6 +295,9 @@ def main() -> None:
     d.add_argument("--threads", type=int, default=2)
     d.add_argument("--work", default=None, help="where the clone and the run go (reused: a clone there is kept)")
     d.add_argument("--out", default=None)
+    d.add_argument("--collect", action="store_true",
+                   help="do not train: report the run in --work as it stands (stopped by hand), its kept policy on "
+                        "the test states")  # fmt: skip
     d.add_argument("overrides", nargs="*", help="more key=value for the DSRL run")
     p = sub.add_parser("ppo")
     p.add_argument("--lr", type=float, default=1e-4)
