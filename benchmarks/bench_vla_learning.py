@@ -192,7 +192,7 @@ def dsrl(args) -> None:
         history = [{k: float(v) for k, v in row.items() if k in HISTORY_KEYS} for row in csv.DictReader(f)]
     out = {"what": "DSRL over a frozen lite_vla behaviour-cloned on reach_color (layout=slots); success over distinct "
                    "held-out states (validation during training, test for the kept policy)",
-           "seed": args.seed, "clone": json.loads(clone_info.read_text()), "overrides": argv[1:],
+           "seed": args.seed, "clone": json.loads(clone_info.read_text()), "overrides": [a.replace(str(work), "<work>") for a in argv[1:]],
            "wall_s": history[-1]["wall_seconds"] if args.collect else round(time.time() - t0, 1), "history": history,
            "best_eval_success": summary.get("best_eval_success"), "final_eval": summary.get("final_eval"),
            "test_eval": summary.get("test_eval"), "machine": describe()}  # fmt: skip
@@ -212,8 +212,9 @@ def stopped_run(run: Path, states: int, cli) -> dict:
         rows = list(csv.DictReader(f))
     best = max(rows, key=lambda r: float(r["success_rate"]))
     return {"best_eval_success": float(best["success_rate"]), "final_eval": None,
-            "test_eval": {k: test.get(k) for k in ("success_rate", "ci95_low", "ci95_high", "episodes", "distinct_states")}
-            | {"policy": "best", "policy_version": int(best["policy_version"]),
+            "test_eval": {k: test.get(k) for k in ("success_rate", "successes", "episodes", "distinct_initial_states")}
+            | {"ci95": wilson(int(test["successes"]), int(test["episodes"])), "policy": "best",
+               "policy_version": int(best["policy_version"]),
                "stopped_at_env_steps": int(rows[-1]["env_steps"])}}  # fmt: skip
 
 
