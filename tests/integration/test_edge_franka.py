@@ -251,8 +251,9 @@ def test_a_commanded_square_is_drawn_at_its_size(edge):
     # share of each commanded step covered in each leg's middle half: about 1 when targets
     # integrate (measured-pose targets covered a quarter). franky-sim falling behind real time
     # beside the other lane moves a leg's share between 0.84 and 1.13 (the square's size stays
-    # right); the tracking itself is measured alone by benchmarks/bench_tracking.py
-    assert np.mean(speeds) > 0.85 and min(speeds) > 0.6, speeds
+    # right; the tracking itself is measured alone by benchmarks/bench_tracking.py);
+    # measured-pose targets covered 0.25, so 0.7 still tells them apart
+    assert np.mean(speeds) > 0.7 and min(speeds) > 0.5, speeds
     # closes the square, no sag left (measured-pose targets: 14 mm off, z sinking 3.4 mm a
     # lap); the bounds leave room for franky-sim falling behind real time on busy cores
     assert np.linalg.norm(end - start) < 0.01, end - start
