@@ -240,7 +240,7 @@ def _shrunk(table: dict[int, float], n: float) -> float:
     below proportional to the batch."""
     xs = sorted(table)
     if not xs or n >= xs[0] or len(xs) == 1:
-        return Curve(table)._at(table, n)
+        return Curve(table).wall_s(n)
     a, b = xs[0], xs[1]
     slope = max(0.0, (table[b] - table[a]) / (b - a))
     return max(table[a] - slope * (a - n), table[a] * n / a)
