@@ -182,9 +182,12 @@ def dsrl(args) -> None:
             f"run_root={work}", f"run_name=dsrl_s{args.seed}", "progress=false", *args.overrides]  # fmt: skip
     t0 = time.time()
     run = work / f"dsrl_s{args.seed}"
+    call = argv
+    if (run / "config.yaml").exists():  # a run stopped earlier (by hand, or the machine): continued to --steps
+        call = ["train", f"resume={run}", f"total_env_steps={args.steps}", "progress=false"]
     if args.collect:  # a run stopped by hand: its evaluations so far, and its kept policy on the test states
         summary = stopped_run(run, args.eval_states, cli)
-    elif cli(argv) != 0:
+    elif cli(call) != 0:
         raise SystemExit("the DSRL run failed")
     else:
         summary = json.loads((run / "eval" / "summary.json").read_text())
@@ -294,7 +297,8 @@ def main() -> None:
     d.add_argument("--eval-states", type=int, default=50)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--threads", type=int, default=2)
-    d.add_argument("--work", default=None, help="where the clone and the run go (reused: a clone there is kept)")
+    d.add_argument("--work", default=None, help="where the clone and the run go (reused: a clone there is kept, a run there is "
+                   "resumed from its last checkpoint and replay)")
     d.add_argument("--out", default=None)
     d.add_argument("--collect", action="store_true",
                    help="do not train: report the run in --work as it stands (stopped by hand), its kept policy on "
