@@ -34,7 +34,7 @@ def test_roles_follow_node_groups_and_robots_leave_and_rejoin(tmp_path):
             "placement.buffer.group=gpu_box", "placement.eval_worker={num_cpus: 1, group: gpu_box}",
             "fleet=[{name: pick, resources: {robot_a: 1}}, "
             "{name: boxes, resources: {robot_b: 1}, env: {task: PandaArrangeBoxes}}]",
-            "env.max_episode_steps=40", "total_env_steps=2800", "algo.learning_starts=400", "algo.batch_size=64",
+            "env.max_episode_steps=40", "total_env_steps=100000", "algo.learning_starts=400", "algo.batch_size=64",
             "policy.hidden=[64,64]", "eval_every_steps=100000", "eval_episodes=1", "buffer.chunk_steps=25",
             f"run_root={tmp_path}", "run_name=fleet", "progress=false",
         ],
@@ -56,6 +56,7 @@ def test_roles_follow_node_groups_and_robots_leave_and_rejoin(tmp_path):
         assert steps("boxes") <= boxes_then + 2 * 100  # at most its in-flight chunks
         pc_b2 = cluster.add_node(num_cpus=1, resources={"robot_b": 1})  # a node offers robot b again
         wait_for(lambda: steps("boxes") >= boxes_then + 300, 300, "member boxes back", thread)
+        trainer.stop("robot b left and came back")
         summary = run.finish()
     where = summary["placement"]
     assert where["learner"] == head and where["replay"] == head  # the GPU-box group
@@ -64,7 +65,7 @@ def test_roles_follow_node_groups_and_robots_leave_and_rejoin(tmp_path):
     members = summary["members"]
     assert members["pick"]["env_steps"] > 0 and members["boxes"]["env_steps"] > 0
     assert members["boxes"]["running"] == 1 and members["boxes"]["restarts"] == 0  # a node leaving is not a failure
-    assert summary["env_steps"] >= 2800 and summary["updates"] > 0
+    assert summary["stop_reason"] == "robot b left and came back" and summary["updates"] > 0
 
     # the fleet's policy evaluates on either member's env (its spec is in the checkpoint)
     from rlinf_user.cli.main import main

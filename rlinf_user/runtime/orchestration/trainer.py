@@ -49,6 +49,7 @@ class Trainer(Supervision):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.on_progress = on_progress or (lambda p: None)
+        self.stop_requested: str | None = None  # set by stop(): the loops end at their next tick
         self.data_plan = data_plan(cfg.algo)  # what the algorithm trains on (replay or on-policy)
         self.on_policy = self.data_plan.data_mode == ON_POLICY
         self.record = RunRecord(self.run_dir, bool(cfg.intervention.enabled), len(cfg.fleet or []) > 1)
@@ -354,6 +355,11 @@ class Trainer(Supervision):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def stop(self, reason: str = "stopped on request") -> None:
+        """End a running :meth:`run` (from another thread) at its loop's next tick, as any
+        end does: the checkpoint, the final evaluation and the summary."""
+        self.stop_requested = reason
 
     def pids(self) -> dict[str, int]:
         """Process ids of the learner and the first env worker (resource sampling, tests)."""
