@@ -2,16 +2,19 @@
 
 The edge daemon runs as on a robot PC (its own process: control loop, safety, franky
 driving franky-sim's MuJoCo Franka over the libfranka protocol); the training side is the
-real Ray runtime (env worker with the remote robot env, learner, weight store). The reach
-task (to 5 cm here) must be learned to 80% of 6 held-out goals (0-10% at 1,000 env
-steps) through an emulated lab link (20 ms each way, 20 Mbit/s); the benchmark
-(bench_robot_training.py) learns the 3 cm reach to 90-100%. The robot's duty cycle
-(control ticks that ended a period in which a policy action ran, resets excluded) is
-reported.
+real Ray runtime (env worker with the remote robot env, learner, weight store), through an
+emulated lab link (20 ms each way, 20 Mbit/s). A shortened run: 800 env steps of the reach
+task, the learner's weights reaching the policy that acts through the edge, an evaluation of
+6 held-out goals through the edge, a checkpoint. Learning the reach on the robot is the
+benchmark's claim (bench_robot_training.py: the 3 cm reach to 90-100% on 3 seeds,
+results/reach_franky_sim*.json); a run that learned the 5 cm reach to 80% here took 10
+minutes of a core of CI's 30. The robot's duty cycle (control ticks that ended a period in
+which a policy action ran, resets excluded) is reported and guarded.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 
@@ -28,20 +31,19 @@ from rlinf_user.data.record_log import RecordLog  # noqa: E402
 from rlinf_user.rundir import create_run_dir  # noqa: E402
 from rlinf_user.runtime.orchestration.trainer import Trainer  # noqa: E402
 
-TARGET = 0.8  # two runs at 5 cm beside other work: 20% and 80% at 2,000 env steps, 100% at 3,000
+STEPS = 800
+EVAL_EPISODES = 6
 HZ = 10.0
 
 
-@pytest.mark.slow
 @pytest.mark.wallclock
-@pytest.mark.timeout(2700)  # about 6 steps/s: 6000 steps and evaluations, ~20 min when slow
+@pytest.mark.timeout(900)
 # The direct link and a link whose round trip spans the whole period (50 ms each way) are the
 # committed benchmarks (bench_robot_training.py); CI runs the same path through an emulated
 # lab network (20 ms each way, jitter, a 20 Mbit/s bottleneck): the link's code is exercised,
-# and the commands still land within the 100 ms period, so the run takes the direct link's
-# 5 minutes, not the slow link's 13
+# and the commands still land within the 100 ms period
 @pytest.mark.parametrize("link", ["{delay_ms: 20, jitter_ms: 5, mbit: 20}"], ids=["20ms-20mbit"])
-def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path, link):
+def test_training_on_the_franky_sim_robot_through_the_edge(tmp_path, link):
     import ray
 
     port = free_ports(3)
@@ -57,17 +59,9 @@ def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path, lin
         cfg = compose_config(
             [
                 "env.edge.host=127.0.0.1", f"env.edge.port={port}", "seed=0",
-                "total_env_steps=6000", f"target_success={TARGET}", f"run_root={tmp_path}", "run_name=reach", "progress=false",
-                # an evaluation on a robot pauses training for its 10 episodes (and their
-                # homings): every 1000 steps, not the robot config's 600 (the benchmark's
-                # three seeds reached 90% at about 2,000 steps)
-                "eval_every_steps=1000",
-                # 6 held-out goals an evaluation, not the robot config's 10: 80% is 5 of 6
-                "eval_episodes=6",
-                # success within 5 cm, not the robot config's 3: the path to the robot is what
-                # this tests (the benchmark learns the 3 cm reach); at 3 cm a run beside the other
-                # lane took 2,000-5,000 env steps, 9-14 minutes of a core
-                "env.kwargs.radius=0.05",
+                f"total_env_steps={STEPS}", f"run_root={tmp_path}", "run_name=reach", "progress=false",
+                # one evaluation, at the end, of 6 held-out goals (each with its homing)
+                f"eval_every_steps={STEPS}", f"eval_episodes={EVAL_EPISODES}",
                 # batches of 128: half the learner's CPU (its 4 updates per 10 Hz step took half
                 # a core), so beside the other lane it keeps closer to its update ratio
                 "algo.batch_size=128",
@@ -87,8 +81,12 @@ def test_reach_is_learned_on_the_franky_sim_robot_through_the_edge(tmp_path, lin
         finally:
             trainer.close()
             ray.shutdown()
+        with open(run_dir / "eval" / "history.csv") as f:
+            history = list(csv.DictReader(f))
+        assert history and int(history[-1]["env_steps"]) >= STEPS, history  # the evaluation ran through the edge
+        assert int(float(history[-1]["distinct_states"])) == EVAL_EPISODES, history
+        assert (run_dir / "checkpoints" / "latest").exists()
         summary = json.loads((run_dir / "eval" / "summary.json").read_text())
-        assert summary["best_eval_success"] >= TARGET, summary
         chunks = list(RecordLog(run_dir / "buffer").read_all())
         versions = np.concatenate([c["policy_version"] for c in chunks])
         assert versions.max() > 0 and np.all(np.concatenate([c["intervention"] for c in chunks]) == 0)
