@@ -197,6 +197,7 @@ def dsrl(args) -> None:
                    "held-out states (validation during training, test for the kept policy)",
            "seed": args.seed, "clone": json.loads(clone_info.read_text()), "overrides": [a.replace(str(work), "<work>") for a in argv[1:]],
            "wall_s": history[-1]["wall_seconds"] if args.collect else round(time.time() - t0, 1), "history": history,
+           "resumed": call is not argv,  # wall_s then counts only this call's part of the run
            "best_eval_success": summary.get("best_eval_success"), "final_eval": summary.get("final_eval"),
            "test_eval": summary.get("test_eval"), "machine": describe()}  # fmt: skip
     print(json.dumps({k: out[k] for k in ("seed", "clone", "best_eval_success", "test_eval")}, indent=2))
