@@ -9,7 +9,7 @@ from rlinf_user.data.record_log import RecordLog
 
 
 def short_cfg(tmp_path, *extra, sim: str = "reach"):
-    """1200 env steps of reach (or ManiSkill's PushCube with ``sim="maniskill"``) with a
+    """1200 env steps of reach (or another sim: ManiSkill's PushCube with ``sim="maniskill"``) with a
     small MLP, evaluated and checkpointed twice; ``extra`` overrides come last, so they win."""
     task = ["env.task=PushCube-v1"] if sim == "maniskill" else []
     cfg = compose_config(

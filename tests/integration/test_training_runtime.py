@@ -1,5 +1,5 @@
-"""The real runtime end to end: Ray actors, env workers, persistent replay (ManiSkill's
-PushCube where a run must last long enough to be interrupted or read in order, else the
+"""The real runtime end to end: Ray actors, env workers, persistent replay (gym_hil's
+MuJoCo pick where a run must last long enough to be interrupted or read in order, else the
 reach sim)."""
 
 import json
@@ -22,10 +22,11 @@ def ray_runtime():
 
 
 def test_async_training_run_writes_a_complete_run_dir(tmp_path, ray_runtime):
-    # PushCube: a run slow enough that each worker's chunks reach the log in order (the
-    # next_obs check below reads the log in its order). Disaggregated (the replay buffer in
-    # its own actor); the collocated placement, the default, runs in the other tests here
-    cfg = short_cfg(tmp_path, "placement=disaggregated", sim="maniskill")
+    # gym_hil's MuJoCo pick: a run slow enough that each worker's chunks reach the log in
+    # order (the next_obs check below reads the log in its order), and built in a second
+    # where ManiSkill's PushCube took 96 s in all on a slow machine. Disaggregated (the replay
+    # buffer in its own actor); the collocated placement, the default, runs in the other tests here
+    cfg = short_cfg(tmp_path, "placement=disaggregated", sim="gym_hil")
     run_dir = create_run_dir(cfg)
     trainer = Trainer(cfg, run_dir)
     try:
@@ -85,7 +86,7 @@ def test_killed_env_worker_is_restarted(tmp_path, ray_runtime):
 
     import ray
 
-    cfg = short_cfg(tmp_path, "total_env_steps=1500", sim="maniskill")
+    cfg = short_cfg(tmp_path, "total_env_steps=1500", sim="gym_hil")
     run_dir = create_run_dir(cfg)
     trainer = Trainer(cfg, run_dir)
     killed = []
@@ -151,7 +152,7 @@ def test_sac_flow_trains_a_flow_policy_through_the_same_runtime(tmp_path, ray_ru
     from rlinf_user.evaluation import checkpoint_spec, evaluate_policy, load_policy_from_checkpoint
     from rlinf_user.runtime.learning.learner import latest_checkpoint
 
-    cfg = short_cfg(tmp_path, "algo=sac_flow", "policy=flow", "policy.flow_steps=3", sim="maniskill")
+    cfg = short_cfg(tmp_path, "algo=sac_flow", "policy=flow", "policy.flow_steps=3", sim="gym_hil")
     run_dir = create_run_dir(cfg)
     with Trainer(cfg, run_dir) as trainer:
         progress = trainer.run()
@@ -167,4 +168,4 @@ def test_sac_flow_trains_a_flow_policy_through_the_same_runtime(tmp_path, ray_ru
         env.close()
     assert result["episodes"] == 1 and np.isfinite(result["mean_return"])
     with pytest.raises(ValueError, match="does not fit policy=mlp"):
-        load_policy_from_checkpoint(ckpt, short_cfg(tmp_path, sim="maniskill"), checkpoint_spec(ckpt))
+        load_policy_from_checkpoint(ckpt, short_cfg(tmp_path, sim="gym_hil"), checkpoint_spec(ckpt))

@@ -529,3 +529,25 @@ def test_policy_ema_publishes_a_moving_average_of_the_actor():
     assert plain.acting_policy is plain.policy
     with pytest.raises(ValueError, match="policy_ema=1.0"):
         SAC(compose_config(["algo.policy_ema=1.0"]).algo, cfg.policy, 5, {}, 7)
+
+
+def test_check_finite_finds_a_non_finite_weight_and_not_a_large_finite_one():
+    """The learner checks the metrics after every update and the weights when they leave it:
+    a NaN weight is named; weights so large their fused norm overflows are still finite."""
+    from rlinf_user.algorithms.base import NonFiniteLoss
+
+    cfg = compose_config(["algo=rlpd", "policy.hidden=[16,16]"])
+    agent = SAC(cfg.algo, cfg.policy, 5, {}, 7)
+    agent.check_finite({"critic_loss": 1.0})
+    with pytest.raises(NonFiniteLoss, match="critic_loss"):
+        agent.check_finite({"critic_loss": float("nan")}, weights=False)
+    name, param = next(iter(agent.policy.named_parameters()))
+    with torch.no_grad():
+        param.fill_(1e30)  # finite, its norm's square overflows float32
+    assert not agent.weights_finite()
+    agent.check_finite({})  # the exact pass finds nothing
+    with torch.no_grad():
+        param[0].fill_(float("nan"))
+    agent.check_finite({}, weights=False)  # metrics only
+    with pytest.raises(NonFiniteLoss, match=name.split(".")[-1]):
+        agent.check_finite({})

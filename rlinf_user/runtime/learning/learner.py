@@ -259,6 +259,7 @@ class Learner:
         from rlinf_user.runtime.weights.store import WeightPublisher
 
         with self.lock:  # never while an update is changing the weights
+            self.algo.check_finite({})  # nothing non-finite leaves the learner
             if self._publisher is None:
                 pl = self.cfg.placement
                 self._publisher = WeightPublisher(
@@ -296,7 +297,7 @@ class Learner:
             for batch in device_batches(batches, self.spec, self.device):
                 metrics.update(self.algo.update(batch))
                 self.algo.sync_buffers()
-                self.algo.check_finite(metrics)
+                self.algo.check_finite(metrics, weights=False)  # the weights: when they leave (publish)
                 if self.algo.num_updates % self.cfg.publish_every_updates == 0:
                     self.publish()
             if refs is not None:
@@ -333,6 +334,7 @@ class Learner:
         ckpt_dir = self.run_dir / "checkpoints"
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         with self.lock:
+            self.algo.check_finite({})  # nothing non-finite is saved
             state = {
                 "agent": self.algo.checkpoint_state(),
                 "algo": str(self.cfg.algo.name),
