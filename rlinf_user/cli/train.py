@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
 
 from rich.table import Table
 
 from rlinf_user.config.compose import compose_config, to_yaml, validate
 
 log = logging.getLogger(__name__)
+
+INTERRUPTED = "interrupted (Ctrl-C)"
 
 
 def run_train(args, console) -> int:
@@ -41,13 +46,37 @@ def run_train(args, console) -> int:
     title = f"{cfg.env.backend}:{cfg.env.task} · {cfg.algo.name} · {cfg.placement.mode}"
     trainer = Trainer(cfg, run_dir)
     try:
-        with LiveProgress(console, cfg.total_env_steps, title, enabled=cfg.progress) as live:
+        with LiveProgress(console, cfg.total_env_steps, title, enabled=cfg.progress) as live, stop_on_ctrl_c(trainer, console):
             trainer.on_progress = live
             trainer.run()
     finally:
         trainer.close()
     print_summary(console, trainer.summary, run_dir)
     return 0
+
+
+@contextlib.contextmanager
+def stop_on_ctrl_c(trainer, console):
+    """The first Ctrl-C ends the run as any end does (:meth:`Trainer.stop`: the checkpoint,
+    the final evaluation, the summary); a second one interrupts at once. Ray's own processes
+    block SIGINT, so only this process sees it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum, frame):
+        if trainer.stop_requested == INTERRUPTED:
+            raise KeyboardInterrupt
+        trainer.stop(INTERRUPTED)
+        console.print("[yellow]Ctrl-C: stopping at the next tick (checkpoint, final evaluation, summary); "
+                      "Ctrl-C again to interrupt at once[/]")  # fmt: skip
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _pct(v) -> str:

@@ -148,3 +148,33 @@ def test_a_replay_buffer_that_cannot_fit_is_refused_before_any_worker_runs(tmp_p
     assert "restart" not in err.lower(), err[-3000:]
     assert not list((tmp_path / "big").glob("buffer/seg-*.log")) or all(
         p.stat().st_size == 0 for p in (tmp_path / "big").glob("buffer/seg-*.log"))
+
+
+def test_ctrl_c_ends_a_training_run_as_any_end_does(tmp_path):
+    """The first Ctrl-C (SIGINT to the CLI's process) stops the run at its next tick with the
+    checkpoint, the final evaluation and the summary written, and exits 0; Ray's processes
+    do not see it."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [*CLI, "train", "--sim", "reach", "total_env_steps=1000000", "checkpoint_every_steps=200", "eval_episodes=2",
+         "eval_every_steps=1000000", f"run_root={tmp_path}", "run_name=r", "progress=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    try:
+        latest, deadline = tmp_path / "r" / "checkpoints" / "latest", time.monotonic() + 240
+        while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)  # the training loop is running once its first checkpoint is written
+        assert latest.exists(), proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "Ctrl-C: stopping at the next tick" in err
+    summary = json.loads((tmp_path / "r" / "eval" / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted (Ctrl-C)" and 0 < summary["env_steps"] < 1000000
+    assert summary["final_eval_success"] is not None and summary["checkpoint"]
+    assert Path(summary["checkpoint"]).exists()
