@@ -31,6 +31,13 @@ def _timed(fn: Callable[[], Any], min_s: float, min_reps: int = 3, max_reps: int
     return float(np.median(walls)), (time.process_time() - c0) / reps
 
 
+def _fill(learner, chunk: dict[str, np.ndarray], batch: int) -> None:
+    """Chunks into ``learner``'s replay until it holds a batch and two chunks."""
+    while learner._buffer_size() < max(batch, 2 * len(chunk[Col.REWARD])):
+        if not learner.add(chunk):
+            raise RuntimeError("the learner's replay refused the profile's rows (its log says why)")
+
+
 class LearnerProfiles:
     """Mixed into :class:`~.profile.Profiler` (its ``cfg``)."""
 
@@ -46,9 +53,7 @@ class LearnerProfiles:
         from rlinf_user.runtime.learning.learner import Learner
 
         batch = int(plan.batch_size)
-        n = len(rows[Col.REWARD])
-        send = int(self.cfg.buffer.get("chunk_steps", 50) or 50)
-        chunk = {k: v[np.arange(send) % n] for k, v in rows.items()}
+        chunk = self._chunk(rows)
         out, ingest = {}, Curve()
         for device in ["cpu"] + (["cuda"] if gpus else []):
             cfg = OmegaConf.merge(self.cfg, {"placement": {"learner_device": device, "learner_replicas": 1},
@@ -56,10 +61,9 @@ class LearnerProfiles:
             with tempfile.TemporaryDirectory() as run_dir:
                 learner = Learner(cfg, spec, run_dir)
                 try:
-                    while learner._buffer_size() < max(batch, 2 * send):
-                        if not learner.add(chunk):
-                            raise RuntimeError("the learner's replay refused the profile's rows (its log says why)")
+                    _fill(learner, chunk, batch)
                     if device == "cpu":
+                        send = len(chunk[Col.REWARD])
                         ingest.wall[send], ingest.cpu[send] = _timed(lambda lr=learner: lr.add(chunk), 0.2, max_reps=50)
                     wall, cpu = self._train_s(learner, share * 2 / (2 if gpus else 1))
                     curve = Curve({batch: wall}, {batch: cpu})
@@ -75,6 +79,12 @@ class LearnerProfiles:
                     learner.close()
             out[device] = curve
         return out, ingest
+
+    def _chunk(self, rows) -> dict[str, np.ndarray]:
+        """A worker's chunk as the run sends it (``buffer.chunk_steps`` rows of ``rows``)."""
+        n = len(rows[Col.REWARD])
+        send = int(self.cfg.buffer.get("chunk_steps", 50) or 50)
+        return {k: v[np.arange(send) % n] for k, v in rows.items()}
 
     @staticmethod
     def _train_s(learner, seconds: float) -> tuple[float, float]:
@@ -102,9 +112,7 @@ class LearnerProfiles:
         devices = [d for d in ["cpu"] + (["cuda"] if gpus >= 2 else []) if (costs.cores if d == "cpu" else gpus) >= 2]
         if batch < 2 or not devices:
             return {}
-        n = len(rows[Col.REWARD])
-        send = int(self.cfg.buffer.get("chunk_steps", 50) or 50)
-        chunk = {k: v[np.arange(send) % n] for k, v in rows.items()}
+        chunk = self._chunk(rows)
         out = {}
         for device in devices:
             cfg = OmegaConf.merge(self.cfg, {"placement": {"learner_device": device, "learner_replicas": 2},
@@ -115,9 +123,7 @@ class LearnerProfiles:
                 try:
                     if learner.dp is None:  # a warm start due: the replicas join after it (not profiled)
                         learner.start_replicas()
-                    while learner._buffer_size() < max(batch, 2 * send):
-                        if not learner.add(chunk):
-                            raise RuntimeError("the learner's replay refused the profile's rows (its log says why)")
+                    _fill(learner, chunk, batch)
                     wall, cpu = self._train_s(learner, share / (2 if gpus else 1))
                 finally:
                     learner.close()
