@@ -28,6 +28,7 @@ def test_plan_profiles_the_roles_and_ranks_placements_best_first(tmp_path):
     assert c["row"]["cpu"]["1"] > 0 and c["call_s"] > 0  # measured through a real Ray actor call
     assert 0 < c["update"]["cpu"]["wall"]["128"] < c["update"]["cpu"]["wall"]["256"] * 1.5  # half the batch
     assert c["dp_overhead"]["cpu"]["wall"]["2"] >= 0  # two real data-parallel replicas, less one on half a batch
+    assert c["replica_start_s"]["cpu"] > 0  # the replica's start-up, until its first update
     ranking = plan["ranking"]
     assert len(ranking) > 4 and {row["bottleneck"] for row in ranking} <= {"workers", "learner", "cpu", "rollout server"}
     assert ranking[0]["env_steps_per_s"] > 0

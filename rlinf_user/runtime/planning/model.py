@@ -100,6 +100,9 @@ class Costs:
     # what N >= 2 data-parallel learner replicas add to an update, by device: keyed by N
     # (measured at 2; flat past the largest measured)
     dp_overhead: dict[str, Curve] = field(default_factory=dict)
+    # starting one data-parallel replica until its first update (its process, the gradient
+    # group), by device: what a run or a re-plan that adds replicas pays once
+    replica_start_s: dict[str, float] = field(default_factory=dict)
     publish_s: float = 0.0  # publishing the weights once (learner side)
     apply_s: float = 0.0  # a worker taking one publication
     robot_hz: float | None = None  # the env steps at a robot's fixed rate: its step is 1 / hz
@@ -118,6 +121,7 @@ class Costs:
             sample_transfer=Curve.from_dict(d.get("sample_transfer", {})), call_s=float(d.get("call_s", 0.0)),
             request=Curve.from_dict(d.get("request", {})),
             dp_overhead={k: Curve.from_dict(v) for k, v in d.get("dp_overhead", {}).items()},
+            replica_start_s={k: float(v) for k, v in d.get("replica_start_s", {}).items()},
             publish_s=float(d.get("publish_s", 0.0)), apply_s=float(d.get("apply_s", 0.0)),
             robot_hz=d.get("robot_hz"),
         )  # fmt: skip

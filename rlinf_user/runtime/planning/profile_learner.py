@@ -101,7 +101,8 @@ class LearnerProfiles:
         (two cores, or two GPUs): the real lead learner and one
         :class:`~rlinf_user.runtime.learning.data_parallel.LearnerReplica` on its own Ray
         actor, each updating on half of every batch (the shards' send, the gradients'
-        all-reduce, the wait for the other), less one learner's update at half the batch."""
+        all-reduce, the wait for the other), less one learner's update at half the batch.
+        The replica's start-up (until its first update) goes to ``costs.replica_start_s``."""
         import tempfile
 
         from omegaconf import OmegaConf
@@ -119,14 +120,20 @@ class LearnerProfiles:
                                              "buffer": {"persist": False}, "publish_every_updates": 10**9})  # fmt: skip
             options = {"num_cpus": 0, **({"num_gpus": 1} if device == "cuda" else {})}
             with tempfile.TemporaryDirectory() as run_dir:
+                t0 = time.perf_counter()
                 learner = Learner(cfg, spec, run_dir, replica_options=options)
                 try:
                     if learner.dp is None:  # a warm start due: the replicas join after it (not profiled)
                         learner.start_replicas()
                     _fill(learner, chunk, batch)
-                    wall, cpu = self._train_s(learner, share / (2 if gpus else 1))
+                    learner.train(1, 10**9)  # the replica's process, its gradient group, its first update
+                    start_s = time.perf_counter() - t0
+                    # the start-up counts against this step's share of the budget (a quarter
+                    # of it stays for the timed updates)
+                    wall, cpu = self._train_s(learner, max(share / 4, share - start_s) / (2 if gpus else 1))
                 finally:
                     learner.close()
+            costs.replica_start_s[device] = round(start_s, 3)
             half = costs.update[device]
             out[device] = Curve({2: max(0.0, wall - half.wall_s(batch / 2))}, {2: max(0.0, cpu - half.cpu_s(batch / 2))})
         return out
