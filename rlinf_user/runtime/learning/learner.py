@@ -322,7 +322,7 @@ class Learner:
             st["rows_trained"] += len(lags)
             st["max_policy_lag"] = max(st["max_policy_lag"], int(lags.max()))
             metrics = self.algo.update(batch) if self.dp is None else self.dp.update_on_policy(batch)
-            self.algo.check_finite(metrics)
+            self.algo.check_finite(metrics, weights=False)  # the weights: in publish, next
             self.publish()
         dt = time.perf_counter() - t0
         self.update_time += dt
