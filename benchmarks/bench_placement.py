@@ -101,11 +101,14 @@ def measure(sim: str, overrides: list[str], placement: list[str], seconds: float
     ea.Reload()
     env = ea.Scalars("runtime/env_steps_per_s")
     upd = ea.Scalars("runtime/updates_per_s")
-    # the steady state starts at the learner's first update: before it the learner waits for
-    # a batch of rows and paced workers wait for it (20 s of a 60 s pixel run)
+    # the steady state starts at the learner's first update (before it the learner waits for
+    # a batch of rows and paced workers wait for it: 20 s of a 60 s pixel run), or at its
+    # first actor update where the critics learn alone first
     first_update = next((u.wall_time for u in upd if u.value > 0), None)
     t_first = first_update if first_update is not None else (env[0].wall_time if env else 0.0)
     tags = ea.Tags()["scalars"]
+    if "learner/actor_loss" in tags:  # after a critic warm-up (the actor idle): the updates' steady cost
+        t_first = max(t_first, ea.Scalars("learner/actor_loss")[0].wall_time)
     update_ms = [e for e in ea.Scalars("learner/update_ms") if e.wall_time >= t_first + warmup] \
         if "learner/update_ms" in tags else []  # fmt: skip
     steady = [(e, u) for e, u in zip(env, upd) if e.wall_time - t_first >= warmup]
@@ -211,11 +214,12 @@ def main() -> None:
     if args.keep and Path(args.out).exists():
         old = json.loads(Path(args.out).read_text())
         kept = [{**w, "seconds_per_run": w.get("seconds_per_run", old.get("seconds_per_run")),
-                 "warmup_s": w.get("warmup_s", old.get("warmup_s"))}
+                 "warmup_s": w.get("warmup_s", old.get("warmup_s")), "machine": w.get("machine", old.get("machine"))}
                 for w in old.get("workloads", []) if w["workload"] not in args.workloads]  # fmt: skip
     fresh = []
     for name in args.workloads:
-        fresh.append({**bench(name, args, work), "seconds_per_run": args.seconds, "warmup_s": args.warmup})
+        fresh.append({**bench(name, args, work), "seconds_per_run": args.seconds, "warmup_s": args.warmup,
+                      "machine": describe()})  # fmt: skip
         out["workloads"] = [*kept, *fresh]
         Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
 
