@@ -34,7 +34,10 @@ WORKLOADS = {
     "reach_sac": ("reach", ["algo=sac"]),
     "pick_rlpd": ("gym_hil_random", ["algo=rlpd", "demos={demos}"]),
     "pushcube_ppo": ("maniskill", ["env.task=PushCube-v1", "algo=ppo", "policy=gaussian_ac"]),
-    "pick_pixels_rlpd": ("gym_hil_pixels", ["algo=rlpd", "demos={demos}"]),
+    # the recipe's opening phases skipped (3,000 BC updates before the run, then 2,000 of the
+    # critics alone: 3-4 minutes of every pixel run), its steady updates measured
+    "pick_pixels_rlpd": ("gym_hil_pixels", ["algo=rlpd", "demos={demos}", "algo.bc_warmup_updates=0",
+                                            "algo.critic_warmup_updates=0"]),
     "vla_dsrl": ("reach_color", ["algo=dsrl", "policy=lite_vla", "policy.vlm_layers=4", "algo.base_checkpoint={base}",
                                  "algo.noise_encoder.encoder=base", "algo.paced=true", "algo.batch_size=32",
                                  "algo.utd_ratio=0.5"]),
