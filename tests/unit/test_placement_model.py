@@ -165,3 +165,16 @@ def test_cpu_replicas_count_every_replica_against_the_cores():
     assert {x.learner_replicas for x in candidates(c, pipe)} == {1, 2}
     assert two.bottleneck == "cpu" and two.env_steps_per_s < one.env_steps_per_s  # the cores, not the learner
     assert rank(c, pipe)[0].candidate.learner_replicas == 1
+
+
+def test_the_profile_budget_takes_what_came_before_a_step_from_the_steps_after_it():
+    import time
+
+    from rlinf_user.runtime.planning.profile import Budget
+
+    budget = Budget(60.0, time.perf_counter() + 60.0, {"env": 1.0, "update": 4.0, "replicas": 1.0})
+    assert budget.share("env") == pytest.approx(10.0, rel=0.01)  # a sixth of the 60 s left
+    budget.end -= 45.0  # Ray's start, an actor's start, the env step itself: 15 s left, not 50
+    assert budget.share("update") == pytest.approx(15.0 * 4 / 5, rel=0.02)
+    budget.end -= 15.0  # nothing left: the floor (a fortieth of the budget), not zero
+    assert budget.share("replicas") == pytest.approx(1.5)

@@ -48,6 +48,24 @@ class ProfileError(RuntimeError):
     """A profile step failed: which role, and why."""
 
 
+class Budget:
+    """The profile's seconds, handed out as it goes: each step gets its weight's part of the
+    time left, so what comes before it and is not a measurement (Ray's start, building envs,
+    a learner, starting actors: 35 of 66 s on 2 slow vCPUs, when each step had a fixed
+    seventh of the budget) is taken from the steps after it. Never less than a fortieth of
+    the budget a step: on a machine too slow for the budget the profile runs over rather
+    than measure nothing."""
+
+    def __init__(self, seconds: float, end: float, weights: dict[str, float]):
+        self.floor = seconds / 40
+        self.end = end
+        self.left = dict(weights)
+
+    def share(self, step: str) -> float:
+        weight = self.left.pop(step)
+        return max(self.floor, (self.end - time.perf_counter()) * weight / (weight + sum(self.left.values())))
+
+
 class Profiler(LearnerProfiles):
     """Measures one composed run config's roles; :meth:`run` returns (costs, pipeline)."""
 
@@ -68,6 +86,7 @@ class Profiler(LearnerProfiles):
 
         from rlinf_user.runtime.ray_session import start_ray
 
+        self.end = time.perf_counter() + self.budget_s
         started = start_ray({"address": "local", "num_cpus": 2, "include_dashboard": False})
         try:
             return self._run()
@@ -85,7 +104,7 @@ class Profiler(LearnerProfiles):
         from rlinf_user.env.spec import EnvSpec
 
         torch.set_num_threads(max(1, int(self.cfg.placement.torch_threads)))
-        share = self.budget_s / 7
+        end = getattr(self, "end", time.perf_counter() + self.budget_s)
         gpus = torch.cuda.device_count()
         costs = Costs(cores=os.cpu_count() or 1, gpus=gpus)
         self.progress("env", 0.0)
@@ -97,31 +116,37 @@ class Profiler(LearnerProfiles):
         on_policy = plan.data_mode == ON_POLICY
         horizon = max(1, int(getattr(policy, "horizon", 1) or 1))
         self._fits(spec, plan, on_policy, policy, gpus)
+        # the steps' weights: the replay learner's is its update alone (twice), at half the
+        # batch and beside a worker; its replicas' includes their start
+        stepped = {"env": 1.0, "worker": 1.0, "request": 0.5} if not self.robot else {}
+        learner = {} if self.robot else {"update": 1.0} if on_policy else {"update": 4.0, "replicas": 1.5}
+        budget = Budget(self.budget_s, end, {**stepped, "act": 1.0, **learner})
         if self.robot:
             envs.close()
             costs.robot_hz = float(self.cfg.env.get("control_hz") or 10.0)
             obs_rows = None
         else:
-            costs.env_step, obs_rows = self._step("env", lambda: self._env_steps(envs, spec, policy, share))
+            costs.env_step, obs_rows = self._step("env", lambda: self._env_steps(envs, spec, policy, budget.share("env")))
         self.progress("act", 1 / 6)
-        costs.act = self._step("policy (act)", lambda: self._acts(policy, obs_rows, spec, share, gpus))
+        costs.act = self._step("policy (act)", lambda: self._acts(policy, obs_rows, spec, budget.share("act"), gpus))
         self.progress("rows", 2 / 6)
         rows = self._rows(obs_rows, spec, policy, plan) if obs_rows is not None else None
         if rows is not None:
             costs.row, costs.store, costs.sample_transfer, costs.call_s = self._step(
                 "replay (rows through Ray)", lambda: self._transport(rows, int(getattr(plan, "batch_size", 256))))
             self.progress("env worker", 2.5 / 6)
-            costs.worker = self._step("env worker", lambda: self._workers(share))
+            costs.worker = self._step("env worker", lambda: self._workers(budget.share("worker")))
             self.progress("rollout server", 2.8 / 6)
-            costs.request = self._step("rollout server", lambda: self._requests(obs_rows, spec, share / 2))
+            costs.request = self._step("rollout server", lambda: self._requests(obs_rows, spec, budget.share("request")))
         self.progress("update", 3 / 6)
         if on_policy and not self.robot:
-            costs.update = self._step("learner (update)", lambda: self._rounds(spec, plan, share, gpus))
+            costs.update = self._step("learner (update)", lambda: self._rounds(spec, plan, budget.share("update"), gpus))
         if not on_policy and rows is not None:
-            costs.update, ingest = self._step("learner (update)", lambda: self._updates(rows, spec, plan, share, gpus))
+            costs.update, ingest = self._step("learner (update)",
+                                              lambda: self._updates(rows, spec, plan, budget.share("update") / 4, gpus))
             self.progress("learner replicas", 4 / 6)
             costs.dp_overhead = self._step("learner replicas (data-parallel update)",
-                                           lambda: self._replicas(rows, spec, plan, costs, share, gpus))  # fmt: skip
+                                           lambda: self._replicas(rows, spec, plan, costs, budget.share("replicas"), gpus))  # fmt: skip
             if ingest.wall:  # the learner's own add of a chunk, and the chunk's deserialisation
                 costs.store = Curve({b: v + costs.row.wall_s(b) / 2 for b, v in ingest.wall.items()},
                                     {b: v + costs.row.cpu_s(b) / 2 for b, v in ingest.cpu.items()})  # fmt: skip
