@@ -87,8 +87,6 @@ def record_demos(sim: str, root: Path) -> Path:
 
 def measure(sim: str, overrides: list[str], placement: list[str], seconds: float, warmup: float, work: Path) -> dict:
     """A real training run of this placement: its steady env steps/s and updates/s."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     from rlinf_user.cli.main import main
 
     name = f"run_{int(time.time() * 1000)}"
@@ -100,42 +98,66 @@ def measure(sim: str, overrides: list[str], placement: list[str], seconds: float
     wall = time.time() - t0
     if rc != 0:
         return {"placement": placement, "error": f"exit {rc}"}
-    ea = EventAccumulator(str(work / name / "tb"), size_guidance={"scalars": 0})
+    return {"placement": placement, "run": name, "run_wall_s": round(wall, 1), **steady_rates(work / name, warmup)}
+
+
+def _rate(points: list[tuple[float, float]]) -> float | None:
+    """Per second between the first and the last change of a cumulative count: a count that
+    moves in steps (100 env steps a rollout call, 50 updates a train call: one every 12 s in
+    a pixel run) measured from one step to another, not from the window's arbitrary edges."""
+    moves = [(t, c) for (t, c), (_, before) in zip(points[1:], points) if c != before]
+    if len(moves) < 2 or moves[-1][0] <= moves[0][0]:
+        return None
+    return round((moves[-1][1] - moves[0][1]) / (moves[-1][0] - moves[0][0]), 2)
+
+
+def steady_rates(run_dir: Path, warmup: float) -> dict:
+    """A finished run's steady env steps/s and updates/s from its TensorBoard events."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
     ea.Reload()
+    tags = ea.Tags()["scalars"]
     env = ea.Scalars("runtime/env_steps_per_s")
-    upd = ea.Scalars("runtime/updates_per_s")
+    # each train call that updated: its wall time, seconds and ms per update (so its updates)
+    calls = list(zip(ea.Scalars("learner/seconds"), ea.Scalars("learner/update_ms"))) \
+        if "learner/update_ms" in tags else []  # fmt: skip
     # the steady state starts at the learner's first update (before it the learner waits for
     # a batch of rows and paced workers wait for it: 20 s of a 60 s pixel run), or at its
     # first actor update where the critics learn alone first
-    first_update = next((u.wall_time for u in upd if u.value > 0), None)
-    t_first = first_update if first_update is not None else (env[0].wall_time if env else 0.0)
-    tags = ea.Tags()["scalars"]
+    t_first = calls[0][0].wall_time if calls else (env[0].wall_time if env else 0.0)
     if "learner/actor_loss" in tags:  # after a critic warm-up (the actor idle): the updates' steady cost
         t_first = max(t_first, ea.Scalars("learner/actor_loss")[0].wall_time)
-    update_ms = [e for e in ea.Scalars("learner/update_ms") if e.wall_time >= t_first + warmup] \
-        if "learner/update_ms" in tags else []  # fmt: skip
-    steady = [(e, u) for e, u in zip(env, upd) if e.wall_time - t_first >= warmup]
-    summary = json.loads((work / name / "eval" / "summary.json").read_text())
-    # env steps: the scalars' own step axis (env steps) over the window; a paced worker's
-    # 1-second rates are often 0 between its rollout calls, so no median of those
-    span = steady[-1][0].wall_time - steady[0][0].wall_time if len(steady) > 1 else 0.0
+    start = t_first + warmup
+    steps = [(e.wall_time, float(e.step)) for e in env if e.wall_time >= start]
+    done, updates = 0, []
+    for sec, ms in calls:
+        done += round(1000.0 * sec.value / ms.value)
+        if sec.wall_time >= start:
+            updates.append((sec.wall_time, float(done)))
+    summary = json.loads((run_dir / "eval" / "summary.json").read_text())
     return {
-        "placement": placement,
-        "env_steps_per_s": round((steady[-1][0].step - steady[0][0].step) / span, 2) if span > 0 else None,
-        "updates_per_s": round(statistics.fmean(u.value for _, u in steady), 2) if steady else None,
-        "samples": len(steady), "run_wall_s": round(wall, 1), "env_steps": summary.get("env_steps"),
-        "updates": summary.get("updates"),
+        "env_steps_per_s": _rate(steps), "updates_per_s": _rate(updates), "train_calls": len(updates),
+        "env_steps": summary.get("env_steps"), "updates": summary.get("updates"),
         # the learner's train calls inside the run: median ms per update (profiled alone: costs.update)
-        "update_ms_in_run": round(statistics.median(e.value for e in update_ms), 2) if update_ms else None,
+        "update_ms_in_run": round(statistics.median(ms.value for sec, ms in calls if sec.wall_time >= start), 2)
+        if updates else None,
     }  # fmt: skip
 
 
-def learning_rate(got: dict, pipe) -> float:
+def learning_rate(got: dict, pipe) -> float | None:
     """Env steps/s that learning gets: on-policy, every step collected is trained on once;
-    replay, the smaller of env steps/s and updates/s over the update-to-data ratio."""
+    paced replay, updates/s over the update-to-data ratio (the workers are held to it: their
+    count moves 100 env steps a rollout call, a handful of times in a slow run's window);
+    free-running replay, the smaller of env steps/s and that."""
     if pipe.on_policy:
         return got["env_steps_per_s"]
-    return round(min(got["env_steps_per_s"], got["updates_per_s"] / max(pipe.utd_ratio, 1e-9)), 2)
+    if got.get("updates_per_s") is None:
+        return None
+    per_update = got["updates_per_s"] / max(pipe.utd_ratio, 1e-9)
+    if pipe.paced or got.get("env_steps_per_s") is None:
+        return round(per_update, 2)
+    return round(min(got["env_steps_per_s"], per_update), 2)
 
 
 def bench(name: str, args, work: Path) -> dict:
@@ -165,7 +187,7 @@ def bench(name: str, args, work: Path) -> dict:
     for rep in range(args.repeats):  # interleaved: a slow spell of the machine hits every placement
         for cand in cands:
             got = measure(sim, overrides, overrides_of(cand), args.seconds, args.warmup, work)
-            if got.get("env_steps_per_s") is not None:
+            if "error" not in got:
                 got["learning_rate"] = learning_rate(got, pipe)
             print(json.dumps({"candidate": cand.label(), "repeat": rep, **got}), flush=True)
             runs[cand.label()].append(got)

@@ -178,3 +178,19 @@ def test_the_profile_budget_takes_what_came_before_a_step_from_the_steps_after_i
     assert budget.share("update") == pytest.approx(15.0 * 4 / 5, rel=0.02)
     budget.end -= 15.0  # nothing left: the floor (a fortieth of the budget), not zero
     assert budget.share("replicas") == pytest.approx(1.5)
+
+
+def test_a_learner_that_samples_big_batches_itself_is_relieved_by_a_replay_actor():
+    """Collocated, the learner samples every batch from its own buffer (a pixel batch: 40 of
+    an update's 215 ms); disaggregated, the replay actor samples the next while it updates."""
+    pipe = Pipeline(on_policy=False, batch_size=256, utd_ratio=1.0, paced=True)
+    c = costs(update=0.2, cores=4, sample=flat(0.04, at=(256,)))
+    here = predict(c, pipe, Candidate("collocated", 1, 1))
+    apart = predict(c, pipe, Candidate("disaggregated", 1, 1))
+    assert here.bottleneck == apart.bottleneck == "learner"
+    assert here.env_steps_per_s == pytest.approx(1 / 0.2, rel=0.02)
+    assert apart.env_steps_per_s == pytest.approx(1 / 0.16, rel=0.02)
+    assert rank(c, pipe)[0].candidate.mode == "disaggregated"
+    assert Costs.from_dict(c.to_dict()) == c
+    # a sampling that costs nothing next to the update: the simpler placement still wins
+    assert rank(costs(update=0.2, cores=4, sample=flat(1e-4, at=(256,))), pipe)[0].candidate.mode == "collocated"

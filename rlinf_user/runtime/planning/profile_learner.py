@@ -74,6 +74,10 @@ class LearnerProfiles:
                     if device == "cpu":
                         send = len(chunk[Col.REWARD])
                         ingest.wall[send], ingest.cpu[send] = _timed(lambda lr=learner: lr.add(chunk), 0.2, max_reps=50)
+                        # its own sampling, part of every update here (the replay actor's, disaggregated)
+                        k = TRAIN_CALL_UPDATES // 5
+                        wall, cpu = _timed(lambda lr=learner, k=k: lr._sample(k), share / 4, max_reps=20)
+                        out["sample"] = Curve({batch: wall / k}, {batch: cpu / k})
                     wall, cpu = self._train_s(learner, share * 2 / (2 if gpus else 1))
                     curve = Curve({batch: wall}, {batch: cpu})
                     if batch >= 2:  # half the batch: what each of two data-parallel replicas updates on
