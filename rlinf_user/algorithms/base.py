@@ -70,6 +70,9 @@ class ReplayPlan:
     # chunk): each action's reward in Col.STEP_REWARDS and how many ran in Col.CHUNK_STEPS, so
     # the target sums them discounted and bootstraps with gamma^k (SAC._critic_loss)
     chunk_rows: bool = False
+    # algo config values that skip an opening phase a run passes through once (a critic
+    # warm-up with the actor idle), so a profile times the updates of the rest of the run
+    steady_overrides: tuple[tuple[str, Any], ...] = ()
 
     data_mode: ClassVar[str] = REPLAY
 

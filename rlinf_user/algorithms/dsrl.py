@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from rlinf_user.algorithms.base import Algorithm, ReplayPlan
-from rlinf_user.algorithms.sac import SAC, SACConfig
+from rlinf_user.algorithms.sac import SAC, SACConfig, steady_overrides
 from rlinf_user.env.spec import Col
 from rlinf_user.policies.actor_critic import CriticEnsemble
 from rlinf_user.policies.encoders import EncoderConfig
@@ -133,7 +133,7 @@ class DSRL(SAC):
             demo_ratio=demo_ratio,
             n_step=int(algo_cfg.n_step), gamma=float(algo_cfg.gamma), paced=bool(algo_cfg.paced),
             extras=(Col.NOISE, f"{Col.OBS}/{Col.EMBEDDING}") if reads_embedding(algo_cfg) else (Col.NOISE,),
-            chunk_rows=True,
+            chunk_rows=True, steady_overrides=steady_overrides(algo_cfg),
         )  # fmt: skip
 
     @classmethod

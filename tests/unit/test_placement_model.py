@@ -184,7 +184,7 @@ def test_a_learner_that_samples_big_batches_itself_is_relieved_by_a_replay_actor
     """Collocated, the learner samples every batch from its own buffer (a pixel batch: 40 of
     an update's 215 ms); disaggregated, the replay actor samples the next while it updates."""
     pipe = Pipeline(on_policy=False, batch_size=256, utd_ratio=1.0, paced=True)
-    c = costs(update=0.2, cores=4, sample=flat(0.04, at=(256,)))
+    c = costs(update=0.2, cores=4, sampling=flat(0.04, at=(256,)))
     here = predict(c, pipe, Candidate("collocated", 1, 1))
     apart = predict(c, pipe, Candidate("disaggregated", 1, 1))
     assert here.bottleneck == apart.bottleneck == "learner"
@@ -193,4 +193,4 @@ def test_a_learner_that_samples_big_batches_itself_is_relieved_by_a_replay_actor
     assert rank(c, pipe)[0].candidate.mode == "disaggregated"
     assert Costs.from_dict(c.to_dict()) == c
     # a sampling that costs nothing next to the update: the simpler placement still wins
-    assert rank(costs(update=0.2, cores=4, sample=flat(1e-4, at=(256,))), pipe)[0].candidate.mode == "collocated"
+    assert rank(costs(update=0.2, cores=4, sampling=flat(1e-4, at=(256,))), pipe)[0].candidate.mode == "collocated"

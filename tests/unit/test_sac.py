@@ -554,17 +554,21 @@ def test_check_finite_finds_a_non_finite_weight_and_not_a_large_finite_one():
 
 
 def test_the_profile_times_the_steady_update_not_the_critic_warm_up():
-    """The pick's recipe updates only its critics for its first 2,000 updates; the planner's
-    profile times updates as the run makes them after that (the actor's included)."""
+    """The pick's recipe updates only its critics for its first 2,000 updates; its data plan
+    names the overrides that skip that, so the planner's profile times the updates of the
+    rest of the run (the actor's included)."""
     from omegaconf import OmegaConf
 
+    from rlinf_user.algorithms.base import algorithm_class
     from rlinf_user.runtime.planning.profile_learner import steady_state
 
     torch.manual_seed(0)
     cfg = compose_config(["algo=rlpd"], sim="gym_hil_random")
     assert cfg.algo.critic_warmup_updates > 0
     opening = SAC(cfg.algo, cfg.policy, 5, {}, 7).update(_batch())
-    steady_cfg = OmegaConf.merge(cfg, steady_state(cfg))
+    plan = algorithm_class(cfg.algo).data_plan(cfg.algo)
+    steady_cfg = OmegaConf.merge(cfg, steady_state(plan))
     steady = SAC(steady_cfg.algo, steady_cfg.policy, 5, {}, 7).update(_batch())
     assert "actor_loss" not in opening and "actor_loss" in steady
-    assert steady_state(compose_config([], sim="reach")) == {}  # no warm-up: the config as it is
+    reach = compose_config([], sim="reach")  # no warm-up: the config as it is
+    assert steady_state(algorithm_class(reach.algo).data_plan(reach.algo)) == {}

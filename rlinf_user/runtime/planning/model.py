@@ -97,7 +97,7 @@ class Costs:
     sample_transfer: Curve = field(default_factory=Curve)  # a batch from the replay actor (disaggregated), by B
     # the learner's own sampling of a batch from its buffer (collocated), by B: part of
     # ``update``; disaggregated, the replay actor samples while the learner updates
-    sample: Curve = field(default_factory=Curve)
+    sampling: Curve = field(default_factory=Curve)
     call_s: float = 0.0  # one actor call's fixed cost (a rollout call, a request to the rollout server)
     request: Curve = field(default_factory=Curve)  # a request to the rollout server for E observations, alone
     # what N >= 2 data-parallel learner replicas add to an update, by device: keyed by N
@@ -122,7 +122,7 @@ class Costs:
             store=Curve.from_dict(d.get("store", {})),
             update={k: Curve.from_dict(v) for k, v in d.get("update", {}).items()},
             sample_transfer=Curve.from_dict(d.get("sample_transfer", {})), call_s=float(d.get("call_s", 0.0)),
-            sample=Curve.from_dict(d.get("sample", {})),
+            sampling=Curve.from_dict(d.get("sampling", {})),
             request=Curve.from_dict(d.get("request", {})),
             dp_overhead={k: Curve.from_dict(v) for k, v in d.get("dp_overhead", {}).items()},
             replica_start_s={k: float(v) for k, v in d.get("replica_start_s", {}).items()},
@@ -270,7 +270,7 @@ def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
     upd = costs.update.get(f"{c.learner_device}_beside_worker") or costs.update[c.learner_device]
     upd_wall, upd_cpu = update_s(costs, upd, pipe.batch_size, c)
     if c.mode == "disaggregated":  # the replay actor samples the next batch while the learner updates
-        own = costs.sample.wall_s(pipe.batch_size)  # (a pixel batch: 40 of an update's 215 ms, collocated)
+        own = costs.sampling.wall_s(pipe.batch_size)  # (a pixel batch: 40 of an update's 215 ms, collocated)
         upd_wall = max(upd_wall - own, costs.sample_transfer.wall_s(pipe.batch_size))
         upd_cpu += costs.sample_transfer.cpu_s(pipe.batch_size)  # the sampling's CPU: the replay actor's now
     per_update = upd_wall + costs.publish_s / max(1, pipe.publish_every_updates)

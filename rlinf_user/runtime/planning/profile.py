@@ -8,7 +8,7 @@ Each role's work is run for real, in this process and through Ray, for a few sec
 * ``row`` and ``store``: real transitions as replay columns, through a Ray actor call (the
   worker's serialisation and send; the receiver's deserialisation) and into a replay buffer;
 * ``update``: the algorithm's update on batches sampled from those rows, on each device,
-  at the run's batch and at half of it, in its steady phase; ``sample``: the learner's own
+  at the run's batch and at half of it, in its steady phase; ``sampling``: the learner's own
   sampling of a batch, part of that update when collocated;
 * ``dp_overhead``: what two data-parallel learner replicas (the real ones, on their own
   Ray actor) add to an update over one learner at half the batch;
@@ -145,7 +145,7 @@ class Profiler(LearnerProfiles):
         if not on_policy and rows is not None:
             costs.update, ingest = self._step("learner (update)",
                                               lambda: self._updates(rows, spec, plan, budget.share("update") / 4, gpus))
-            costs.sample = costs.update.pop("sample")
+            costs.sampling = costs.update.pop("sampling")
             self.progress("learner replicas", 4 / 6)
             costs.dp_overhead = self._step("learner replicas (data-parallel update)",
                                            lambda: self._replicas(rows, spec, plan, costs, budget.share("replicas"), gpus))  # fmt: skip

@@ -31,12 +31,10 @@ def _timed(fn: Callable[[], Any], min_s: float, min_reps: int = 3, max_reps: int
     return float(np.median(walls)), (time.process_time() - c0) / reps
 
 
-def steady_state(cfg) -> dict[str, Any]:
-    """Config overrides that skip an algorithm's opening phase, so that a profiled update is
-    the run's steady one: a critic warm-up (``algo.critic_warmup_updates``, the actor idle)
-    made the first 2,000 updates of the pick's RLPD half the cost of every later one, and the
-    profile, timing the first updates, predicted twice the updates/s its runs made."""
-    return {"algo": {"critic_warmup_updates": 0}} if cfg.algo.get("critic_warmup_updates") else {}
+def steady_state(plan) -> dict[str, Any]:
+    """Config overrides that skip the algorithm's opening phase (its data plan's
+    ``steady_overrides``), so that a profiled update is the run's steady one."""
+    return {"algo": dict(plan.steady_overrides)} if getattr(plan, "steady_overrides", ()) else {}
 
 
 def _fill(learner, chunk: dict[str, np.ndarray], batch: int) -> None:
@@ -64,7 +62,7 @@ class LearnerProfiles:
         chunk = self._chunk(rows)
         out, ingest = {}, Curve()
         for device in ["cpu"] + (["cuda"] if gpus else []):
-            cfg = OmegaConf.merge(self.cfg, steady_state(self.cfg),
+            cfg = OmegaConf.merge(self.cfg, steady_state(plan),
                                   {"placement": {"learner_device": device, "learner_replicas": 1},
                                    "buffer": {"persist": False}, "publish_every_updates": 10**9})  # fmt: skip
             with tempfile.TemporaryDirectory() as run_dir:
@@ -77,7 +75,7 @@ class LearnerProfiles:
                         # its own sampling, part of every update here (the replay actor's, disaggregated)
                         k = TRAIN_CALL_UPDATES // 5
                         wall, cpu = _timed(lambda lr=learner, k=k: lr._sample(k), share / 4, max_reps=20)
-                        out["sample"] = Curve({batch: wall / k}, {batch: cpu / k})
+                        out["sampling"] = Curve({batch: wall / k}, {batch: cpu / k})
                     wall, cpu = self._train_s(learner, share * 2 / (2 if gpus else 1))
                     curve = Curve({batch: wall}, {batch: cpu})
                     if batch >= 2:  # half the batch: what each of two data-parallel replicas updates on
@@ -129,7 +127,7 @@ class LearnerProfiles:
         chunk = self._chunk(rows)
         out = {}
         for device in devices:
-            cfg = OmegaConf.merge(self.cfg, steady_state(self.cfg),
+            cfg = OmegaConf.merge(self.cfg, steady_state(plan),
                                   {"placement": {"learner_device": device, "learner_replicas": 2},
                                    "buffer": {"persist": False}, "publish_every_updates": 10**9})  # fmt: skip
             options = {"num_cpus": 0, **({"num_gpus": 1} if device == "cuda" else {})}

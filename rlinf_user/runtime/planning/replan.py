@@ -119,6 +119,7 @@ class Replanner:
                 factors["update"] = f
                 costs.update = {k: _scaled(v, f) for k, v in costs.update.items()}
                 costs.dp_overhead = {k: _scaled(v, f) for k, v in costs.dp_overhead.items()}
+                costs.sampling = _scaled(costs.sampling, f)  # part of the update where collocated
         return costs, factors
 
     def step(self, drifted: bool | None, cluster_cpus: float, workers: int, at_s: float) -> dict[str, Any] | None:
