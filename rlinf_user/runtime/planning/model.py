@@ -270,7 +270,7 @@ def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
     upd = costs.update.get(f"{c.learner_device}_beside_worker") or costs.update[c.learner_device]
     upd_wall, upd_cpu = update_s(costs, upd, pipe.batch_size, c)
     if c.mode == "disaggregated":  # the replay actor samples the next batch while the learner updates
-        own = costs.sampling.wall_s(pipe.batch_size)  # (a pixel batch: 40 of an update's 215 ms, collocated)
+        own = costs.sampling.wall_s(pipe.batch_size)  # (a pixel learner in a run: ~19% of its time)
         upd_wall = max(upd_wall - own, costs.sample_transfer.wall_s(pipe.batch_size))
         upd_cpu += costs.sample_transfer.cpu_s(pipe.batch_size)  # the sampling's CPU: the replay actor's now
     per_update = upd_wall + costs.publish_s / max(1, pipe.publish_every_updates)

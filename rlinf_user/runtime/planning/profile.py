@@ -87,15 +87,15 @@ class Profiler(LearnerProfiles):
 
         from rlinf_user.runtime.ray_session import start_ray
 
-        self.end = time.perf_counter() + self.budget_s
+        end = time.perf_counter() + self.budget_s  # Ray's start counts against the budget too
         started = start_ray({"address": "local", "num_cpus": 2, "include_dashboard": False})
         try:
-            return self._run()
+            return self._run(end)
         finally:
             if started:
                 ray.shutdown()
 
-    def _run(self) -> tuple[Costs, Pipeline]:
+    def _run(self, end: float) -> tuple[Costs, Pipeline]:
         import os
 
         import torch
@@ -105,7 +105,6 @@ class Profiler(LearnerProfiles):
         from rlinf_user.env.spec import EnvSpec
 
         torch.set_num_threads(max(1, int(self.cfg.placement.torch_threads)))
-        end = getattr(self, "end", time.perf_counter() + self.budget_s)
         gpus = torch.cuda.device_count()
         costs = Costs(cores=os.cpu_count() or 1, gpus=gpus)
         self.progress("env", 0.0)
