@@ -87,15 +87,3 @@ class NStepReturns:
     def columns(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         return {"nstep/return": self.ret[idx], "nstep/discount": self.disc[idx], "nstep/boot": self.boot[idx]}
 
-
-def apply(batch: dict[str, np.ndarray], storage: dict[str, np.ndarray], nstep: NStepReturns, idx: np.ndarray) -> dict:
-    """``batch`` (rows ``idx`` of ``storage``) with n-step targets: ``reward`` is the
-    n-step return, ``next_obs/*`` the bootstrap observation and ``discount`` its factor."""
-    boot = nstep.boot[idx]
-    out = dict(batch)
-    for k, col in storage.items():
-        if k.startswith("next_obs/"):
-            out[k] = col[boot]
-    out[Col.REWARD] = nstep.ret[idx]
-    out[Col.DISCOUNT] = nstep.disc[idx]
-    return out

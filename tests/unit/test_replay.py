@@ -204,3 +204,30 @@ def test_the_replay_service_refuses_a_capacity_before_its_first_row(monkeypatch,
     feats = replay.expected_schema(7, {"front": (128, 128)}, frames=False)
     assert list(feats) == ["obs/state", "next_obs/state"]
     ReplayService(1_000_000, None, expected=feats)  # 56 bytes a row: fits
+
+
+def test_gather_writes_each_column_into_the_arrays_given_and_matches_a_plain_gather():
+    buf = ReplayBuffer(100, nstep=3, gamma=0.5)
+    buf.add({**chunk(30), "truncated": np.zeros(30, np.float32)})
+    idx = np.array([[3, 7, 11], [0, 29, 5]])
+    plain = buf.gather(idx)
+    whole = {k: np.full((2, 5, *shape), -7, dtype) for k, (shape, dtype) in buf.columns().items()}
+    before = {k: v.copy() for k, v in whole.items()}
+    views = {k: v[:, 1:4] for k, v in whole.items()}  # strided views inside a larger batch
+    assert buf.gather(idx, views) is views
+    assert set(plain) == set(whole) and "discount" in plain  # the n-step columns included
+    for k, v in plain.items():
+        np.testing.assert_array_equal(whole[k][:, 1:4], v)
+        np.testing.assert_array_equal(whole[k][:, [0, 4]], before[k][:, [0, 4]])  # rows outside untouched
+    # the bootstrap observation is the one 3 rows on (no episode end in this chunk)
+    np.testing.assert_array_equal(plain["next_obs/state"][0, 0], buf.storage["next_obs/state"][5])
+
+
+def test_a_process_that_samples_keeps_its_batch_memory():
+    from rlinf_user.data.replay import keep_batch_memory
+
+    assert keep_batch_memory() is True  # glibc: the thresholds were raised
+    svc = ReplayService(100, None)
+    svc.add(chunk(20))
+    batch = svc.sample(batch_size=8, num_batches=2)
+    assert batch["obs/state"].shape == (2, 8, 4) and batch["obs/state"].flags.c_contiguous
