@@ -79,14 +79,16 @@ def test_reset_homes_and_a_reach_is_tracked_through_the_daemon(edge):
         obs, _ = e.reset(seed=0)
         home = obs["state"][:3].copy()
         assert np.linalg.norm(home - [0.307, 0.0, 0.487]) < 0.03, home
-        for step in range(60):  # noqa: B007 - a proportional controller through the env contract
+        # a proportional controller through the env contract: about 20 steps at 10 Hz here;
+        # up to 90 allowed, since franky-sim's physics falls behind the clock on a loaded
+        # machine (39 steps once, beside the other lane) while the daemon ticks on time
+        for step in range(90):  # noqa: B007
             a = np.zeros(7, np.float32)
             a[:3] = np.clip(obs["state"][-3:] / e.action_spec.max_translation, -1, 1)
             obs, r, te, tr, info = e.step(a)
             if te:
                 break
         assert info["success"] and te, f"not reached after {step + 1} steps: {obs['state'][-3:]}"
-        assert step < 30
     finally:
         e.close()
 
@@ -96,14 +98,17 @@ def test_gripper_closes_and_opens_on_the_action_sign(edge):
     try:
         e.reset(seed=0)
         a = np.zeros(7, np.float32)
-        a[6] = 1.0
-        for _ in range(int(1.5 * HZ)):
-            obs, *_ = e.step(a)
-        closed = obs["state"][13]
-        a[6] = -1.0
-        for _ in range(int(1.5 * HZ)):
-            obs, *_ = e.step(a)
-        assert closed > 0.8 and obs["state"][13] < 0.2, (closed, obs["state"][13])
+        widths = {}
+        # each way within 4 s (1.5 s unloaded; franky-sim's physics falls behind the clock on
+        # a loaded machine: 0.37 still open after 1.5 s once, beside the other lane)
+        for sign, done in ((1.0, lambda g: g > 0.8), (-1.0, lambda g: g < 0.2)):
+            a[6] = sign
+            for _ in range(int(4 * HZ)):
+                obs, *_ = e.step(a)
+                if done(obs["state"][13]):
+                    break
+            widths[sign] = float(obs["state"][13])
+        assert widths[1.0] > 0.8 and widths[-1.0] < 0.2, widths
     finally:
         e.close()
 
