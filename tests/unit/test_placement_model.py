@@ -194,3 +194,22 @@ def test_a_learner_that_samples_big_batches_itself_is_relieved_by_a_replay_actor
     assert Costs.from_dict(c.to_dict()) == c
     # a sampling that costs nothing next to the update: the simpler placement still wins
     assert rank(costs(update=0.2, cores=4, sampling=flat(1e-4, at=(256,))), pipe)[0].candidate.mode == "collocated"
+
+
+def test_replicas_are_not_profiled_where_half_a_batch_costs_as_much_as_the_whole():
+    """Profiling two replicas starts a second learner process (25 s for DSRL over lite_vla);
+    where an update on half the batch costs at least 90% of the whole one, replicas cannot
+    gain even with no overhead, so that step measures nothing and starts nothing."""
+    from types import SimpleNamespace
+
+    from rlinf_user.runtime.planning.profile_learner import LearnerProfiles
+
+    flat = Costs(cores=2)
+    flat.update["cpu"] = Curve({32: 0.0249, 16: 0.0257}, {32: 0.0217, 16: 0.0198})  # DSRL's noise actor
+    plan = SimpleNamespace(batch_size=32)
+    # rows=None: the step would fail on its first use of them, so returning {} proves it stopped first
+    assert LearnerProfiles()._replicas(None, None, plan, flat, share=1.0, gpus=0) == {}
+    split = Costs(cores=2)
+    split.update["cpu"] = Curve({32: 0.0249, 16: 0.0130}, {32: 0.0249, 16: 0.0130})
+    with pytest.raises(TypeError):  # here it goes on to build the replicas (and meets rows=None)
+        LearnerProfiles()._replicas(None, None, plan, split, share=1.0, gpus=0)

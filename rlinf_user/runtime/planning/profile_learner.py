@@ -15,6 +15,7 @@ from rlinf_user.runtime.planning.stand_ins import _sink_class
 
 TRAIN_CALL_UPDATES = 50  # updates per train call of the streaming loop
 ROLLOUT_STEPS = 100  # env steps per rollout call of the streaming loop (runtime.orchestration.loops)
+REPLICA_GAIN_FLOOR = 0.9  # below: two replicas on half batches are worth profiling
 
 
 def _timed(fn: Callable[[], Any], min_s: float, min_reps: int = 3, max_reps: int = 200) -> tuple[float, float]:
@@ -122,6 +123,12 @@ class LearnerProfiles:
 
         batch = int(plan.batch_size)
         devices = [d for d in ["cpu"] + (["cuda"] if gpus >= 2 else []) if (costs.cores if d == "cpu" else gpus) >= 2]
+        # a replica's half batch costing at least REPLICA_GAIN_FLOOR of the whole batch's
+        # update: replicas cannot gain there even with no overhead, and their start is the
+        # profile's costliest step (DSRL over lite_vla: the noise actor's update took as long
+        # at 16 rows as at 32, and a replica's start 25 s)
+        devices = [d for d in devices if d in costs.update and batch // 2 in costs.update[d].wall
+                   and costs.update[d].wall[batch // 2] < REPLICA_GAIN_FLOOR * costs.update[d].wall[batch]]  # fmt: skip
         if batch < 2 or not devices:
             return {}
         chunk = self._chunk(rows)
