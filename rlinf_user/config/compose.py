@@ -219,13 +219,9 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"placement.learner_replicas={cfg.placement.learner_replicas}: at least 1 (the learner itself)")
     if str(cfg.placement.mode) not in ("collocated", "disaggregated", "auto"):
         raise ConfigError(f"placement.mode={cfg.placement.mode!r}: collocated, disaggregated or auto")
-    if str(cfg.placement.mode) == "auto":
-        spread = [k for k, on in (("placement.ray_address", cfg.placement.get("ray_address")),
-                                  ("placement.groups", cfg.placement.get("groups")),
-                                  ("fleet", cfg.get("fleet"))) if on]  # fmt: skip
-        if spread:
-            raise ConfigError(f"placement=auto plans the roles on this one machine; {', '.join(spread)} spread them "
-                              "over a cluster, which it does not plan yet: choose placement=hybrid or cluster there")  # fmt: skip
+    if str(cfg.placement.mode) == "auto" and cfg.get("fleet"):
+        raise ConfigError("placement=auto plans one env's workers (on one machine, or on a cluster's node groups); a fleet's "
+                          "members are placed by their robots' resources: choose placement=hybrid or cluster for a fleet")  # fmt: skip
     if cfg.placement.num_env_workers < 1 or cfg.placement.envs_per_worker < 1:
         raise ConfigError("placement.num_env_workers and placement.envs_per_worker must be >= 1")
     most = int(cfg.placement.get("max_env_workers", 0) or 0)

@@ -128,8 +128,11 @@ def test_placements():
 
 def test_placement_auto_is_checked_and_refused_where_it_cannot_plan():
     validate(compose_config(["placement=auto"], sim="reach"))
-    with pytest.raises(ConfigError, match="placement=auto plans the roles on this one machine; placement.ray_address"):
-        validate(compose_config(["placement=auto", "placement.ray_address=10.0.0.2:6379"], sim="reach"))
+    # a cluster's node groups are planned (tests/integration/test_plan_cluster.py); a fleet is placed by hand
+    validate(compose_config(["placement=auto", "placement.ray_address=10.0.0.2:6379",
+                             "+placement.groups.gpu_box={gpu_box: 1}"], sim="reach"))  # fmt: skip
+    with pytest.raises(ConfigError, match="a fleet's members are placed by their robots' resources"):
+        validate(compose_config(["placement=auto", "fleet=[{name: a}]"], sim="reach"))
     with pytest.raises(ConfigError, match="collocated, disaggregated or auto"):
         validate(compose_config(["placement.mode=fastest"], sim="reach"))
     with pytest.raises(ValueError, match="chosen when `rlinf-user train` starts"):

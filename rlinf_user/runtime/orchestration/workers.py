@@ -96,6 +96,9 @@ class WorkerPool:
         opts = self.plan.env_worker.actor_options()
         opts["num_cpus"] = m.num_cpus
         res = dict(m.resources)  # a member's own robot (the default member: env_worker's)
+        if not res:  # no robot: the node group's share stays (placement.env_worker.group)
+            grouped = {k for g in (self.plan.groups or {}).values() for k in g}
+            res = {k: v for k, v in opts.get("resources", {}).items() if k in grouped}
         if res:
             opts["resources"] = res
         else:

@@ -148,6 +148,19 @@ class Pipeline:
     robots: int = 0  # env workers pinned to robots (their count is fixed)
 
 
+@dataclass
+class Sites:
+    """A cluster candidate whose workers and learner are on different nodes (:mod:`.cluster`):
+    the learner's node's CPUs, where the rollout server is, and what the link between the
+    two nodes costs (measured between them)."""
+
+    learner_cores: float
+    rollout_with_learner: bool = True  # the rollout server on the learner's node (else the workers')
+    link_rows_s: float = 0.0  # a worker's chunk of ``send_rows`` rows, from its node to the learner's
+    link_weights_s: float = 0.0  # one publication of the weights, from the learner's node to a worker's
+    rollout_act: dict[str, Curve] | None = None  # the policy's act on the rollout server's node, by device
+
+
 @dataclass(frozen=True)
 class Candidate:
     mode: str
@@ -157,12 +170,23 @@ class Candidate:
     learner_device: str = "cpu"
     act_device: str = "cpu"  # where the policy acts: each worker's, or the rollout server's
     learner_replicas: int = 1  # data-parallel copies of the learner, each on 1/N of a batch
+    # node groups (``placement.groups``) on a cluster; "" on one machine (:mod:`.cluster`)
+    learner_group: str = ""  # the learner, its replay buffer and weight store
+    worker_group: str = ""  # the env workers ("" with robots: their robots' nodes)
+    rollout_group: str = ""  # the rollout server
 
     def label(self) -> str:
         served = f" + rollout server ({self.act_device})" if self.rollout else ""
         dev = "" if self.learner_device == "cpu" else f", learner on {self.learner_device}"
         dp = f", {self.learner_replicas} learner replicas" if self.learner_replicas > 1 else ""
-        return f"{self.mode}, {self.workers} x {self.envs_per_worker} envs{served}{dev}{dp}"
+        return f"{self.mode}, {self.workers} x {self.envs_per_worker} envs{served}{dev}{dp}{self.where()}"
+
+    def where(self) -> str:
+        """The node groups, where the candidate names them."""
+        if not (self.learner_group or self.worker_group):
+            return ""
+        served = f", server on {self.rollout_group}" if self.rollout and self.rollout_group else ""
+        return f" [learner on {self.learner_group}, workers on {self.worker_group or 'the robots'}{served}]"
 
     def overrides(self) -> list[str]:
         """The command-line overrides that set this placement."""
@@ -172,13 +196,28 @@ class Candidate:
                 f"placement.rollout.enabled={str(self.rollout).lower()}",
                 *([f"placement.rollout.device={self.act_device}"] if self.rollout else []),
                 f"placement.learner_device={self.learner_device}",
-                f"placement.learner_replicas={self.learner_replicas}"]  # fmt: skip
+                f"placement.learner_replicas={self.learner_replicas}",
+                *[f"placement.{role}.group={g}" for role, g in self.groups().items()]]  # fmt: skip
+
+    def groups(self) -> dict[str, str]:
+        """The node group of each placed role (``placement.<role>.group``); empty on one machine."""
+        if not self.learner_group:
+            return {}
+        out = {"learner": self.learner_group, "buffer": self.learner_group}
+        if self.worker_group:  # a simulator's evaluation steps beside its workers
+            out["env_worker"] = out["eval_worker"] = self.worker_group
+        if self.rollout and self.rollout_group:
+            out["rollout"] = self.rollout_group
+        return out
 
     def placement(self) -> dict[str, Any]:
         """The ``placement.*`` values this candidate sets."""
-        return {"mode": self.mode, "num_env_workers": self.workers, "envs_per_worker": self.envs_per_worker,
-                "rollout": {"enabled": self.rollout, "device": self.act_device},
-                "learner_device": self.learner_device, "learner_replicas": self.learner_replicas}  # fmt: skip
+        out = {"mode": self.mode, "num_env_workers": self.workers, "envs_per_worker": self.envs_per_worker,
+               "rollout": {"enabled": self.rollout, "device": self.act_device},
+               "learner_device": self.learner_device, "learner_replicas": self.learner_replicas}  # fmt: skip
+        if self.groups():
+            out["groups"] = self.groups()
+        return out
 
 
 @dataclass
@@ -260,14 +299,20 @@ def _request_s(costs: Costs, e: int) -> float:
     return costs.request.wall_s(e) if costs.request.wall else costs.call_s
 
 
-def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
+def predict(costs: Costs, pipe: Pipeline, c: Candidate, sites: Sites | None = None) -> Prediction:
+    """``c``'s throughput; ``sites``: its workers and learner on different nodes of a cluster
+    (``costs`` is then the workers' node's, with the learner's curves, :mod:`.cluster`)."""
     if pipe.on_policy:
-        return _predict_rounds(costs, pipe, c)
+        return _predict_rounds(costs, pipe, c, sites)
     e, w, h = c.envs_per_worker, c.workers, max(1, pipe.horizon)
     step_wall, step_cpu = worker_step(costs, pipe, c)
+    if sites is not None:  # a worker fetches at most one publication across the link a rollout call
+        step_wall += sites.link_weights_s / pipe.rollout_steps
     u = max(pipe.utd_ratio, 1e-9)
     # the learner's update as it runs beside the workers (measured so where profiled)
     upd = costs.update.get(f"{c.learner_device}_beside_worker") or costs.update[c.learner_device]
+    if sites is not None:  # no worker beside it on its own node
+        upd = costs.update[c.learner_device]
     upd_wall, upd_cpu = update_s(costs, upd, pipe.batch_size, c)
     if c.mode == "disaggregated":  # the replay actor samples the next batch while the learner updates
         own = costs.sampling.wall_s(pipe.batch_size)  # (a pixel learner in a run: ~19% of its time)
@@ -279,43 +324,65 @@ def predict(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
     store_wall = costs.store.wall_s(n) / n * rows_per_step  # per env step, where the buffer lives
     store_cpu = costs.store.cpu_s(n) / n * rows_per_step
     learner_store = store_wall if c.mode == "collocated" else 0.0
-    worker_cpu = step_cpu / e + store_cpu  # CPU seconds per env step, the learner's updates aside
+    # CPU seconds per env step, the learner's updates aside (on a cluster: the workers' node's)
+    worker_cpu = step_cpu / e + (store_cpu if sites is None else 0.0)
     limits = {"workers": w * e / step_wall}
+    if sites is not None and sites.link_rows_s > 0:  # every row crosses the link to the learner's node
+        limits["link"] = n / rows_per_step / sites.link_rows_s
     serve_cpu = 0.0
     if c.rollout:
-        act = costs.act[c.act_device]
+        act = (sites.rollout_act if sites is not None and sites.rollout_act else costs.act)[c.act_device]
         batch = w * e  # the workers' requests arrive together in lockstep
         limits["rollout server"] = batch * h / act.wall_s(batch)
         serve_cpu = act.cpu_s(batch) / (batch * h) if c.act_device == "cpu" else 0.0
     cores = costs.cores * CPU_EFFICIENCY
+    served_far = sites is not None and sites.rollout_with_learner  # the server's CPU on the learner's node
     if pipe.paced:  # the workers wait for the learner: u updates per env step
         limits["learner"] = 1.0 / (u * per_update + learner_store)
-        limits["cpu"] = cores / (worker_cpu + serve_cpu + u * upd_cpu)
+        if sites is None:
+            limits["cpu"] = cores / (worker_cpu + serve_cpu + u * upd_cpu)
+        else:
+            limits["cpu"] = cores / max(worker_cpu + (0.0 if served_far else serve_cpu), 1e-12)
+            limits["learner's node cpu"] = sites.learner_cores * CPU_EFFICIENCY / max(
+                u * upd_cpu + store_cpu + (serve_cpu if served_far else 0.0), 1e-12)
         neck = min(limits, key=limits.get)
         rate = limits[neck]
         updates = u * rate
     else:  # both run free: the OS shares the cores among the busy processes
         replicas = c.learner_replicas - 1 if c.learner_device == "cpu" else 0
-        busy = w + 1 + replicas + (1 if c.rollout else 0) + (0.5 if c.mode == "disaggregated" else 0.0)
-        share = min(1.0, cores / busy)
-        limits = {k: v * share for k, v in limits.items()}
+        server = 1 if c.rollout else 0
+        learner_busy = 1 + replicas + (0.5 if c.mode == "disaggregated" else 0.0)
+        if sites is None:
+            share = learner_share = min(1.0, cores / (w + learner_busy + server))
+            limits = {k: v * share for k, v in limits.items()}
+        else:
+            share = min(1.0, cores / (w + (0 if served_far else server)))
+            learner_share = min(1.0, sites.learner_cores * CPU_EFFICIENCY / (learner_busy + (server if served_far else 0)))
+            limits["workers"] *= share
+            if c.rollout:
+                limits["rollout server"] *= learner_share if served_far else share
         neck = min(limits, key=limits.get)
         rate = limits[neck]
         room = max(1e-9, 1.0 - rate * learner_store)  # a collocated learner also stores the rows
-        updates = min(u * rate, room * share / per_update)
+        updates = min(u * rate, room * learner_share / per_update)
         if updates < u * rate * 0.999:
             neck = "learner"
     # a robot steps at its own rate: held back only where paced workers would wait for the learner
     holds = bool(costs.robot_hz) and pipe.paced and neck != "workers"
-    usage = {"learner": updates * per_update + rate * learner_store,
-             "cpu": (rate * (worker_cpu + serve_cpu) + updates * upd_cpu) / costs.cores}
+    usage = {"learner": updates * per_update + rate * learner_store}
+    if sites is None:
+        usage["cpu"] = (rate * (worker_cpu + serve_cpu) + updates * upd_cpu) / costs.cores
+    else:
+        usage["cpu"] = rate * (worker_cpu + (0.0 if served_far else serve_cpu)) / costs.cores
+        usage["learner_node_cpu"] = (rate * (store_cpu + (serve_cpu if served_far else 0.0)) + updates * upd_cpu) / sites.learner_cores
     if c.rollout:
         usage["rollout"] = rate / limits["rollout server"]
     return Prediction(c, rate, updates, "robot" if holds else neck, usage, holds, min(rate, updates / u))
 
 
-def _predict_rounds(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
-    """Synchronous on-policy: collection (all workers at once), then the update."""
+def _predict_rounds(costs: Costs, pipe: Pipeline, c: Candidate, sites: Sites | None = None) -> Prediction:
+    """Synchronous on-policy: collection (all workers at once), then the update (on a cluster,
+    the round's rows cross the link to the learner and the weights come back)."""
     e, w = c.envs_per_worker, c.workers
     step_wall, step_cpu = worker_step(costs, pipe, c)
     busy = w * step_cpu / step_wall  # cores the workers would use at full speed
@@ -327,6 +394,8 @@ def _predict_rounds(costs: Costs, pipe: Pipeline, c: Candidate) -> Prediction:
     rows = pipe.num_steps * w * e
     upd = costs.update.get(c.learner_device)  # by the rows of a round (profile._rounds); absent: collection alone
     update = (upd.wall_s(rows) if upd is not None else 0.0) + costs.publish_s + costs.apply_s
+    if sites is not None:  # the last chunk of the round, then the weights, cross the link
+        update += sites.link_rows_s * min(1.0, rows / max(1, pipe.send_rows)) + sites.link_weights_s
     rate = rows / (collect + update)
     neck = "workers" if collect >= update else "learner"
     usage = {"learner": update / (collect + update), "cpu": min(1.0, busy / costs.cores) * collect / (collect + update)}
@@ -371,12 +440,15 @@ def candidates(costs: Costs, pipe: Pipeline, *, max_envs: int = 16, served: bool
     return list(dict.fromkeys(out))
 
 
-def rank(costs: Costs, pipe: Pipeline, cands: list[Candidate] | None = None) -> list[Prediction]:
+def rank(costs: Costs, pipe: Pipeline, cands: list[Candidate] | None = None,
+         preds: list[Prediction] | None = None) -> list[Prediction]:
     """Predictions best first: the most env steps/s at the algorithm's update-to-data ratio
     (:attr:`Prediction.score`); never one that
     holds a robot back while another does not; between near-equals (within 2%), the one
-    with fewer processes and envs (less to go wrong, less policy lag)."""
-    preds = [predict(costs, pipe, c) for c in (cands or candidates(costs, pipe))]
+    with fewer processes and envs (less to go wrong, less policy lag). ``preds``: already
+    made (a cluster's, :mod:`.cluster`)."""
+    if preds is None:
+        preds = [predict(costs, pipe, c) for c in (cands or candidates(costs, pipe))]
     free = [p.score for p in preds if not p.holds_robot]
     best = max(free or [p.score for p in preds])
 

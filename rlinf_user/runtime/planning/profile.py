@@ -70,11 +70,21 @@ class Budget:
 class Profiler(LearnerProfiles):
     """Measures one composed run config's roles; :meth:`run` returns (costs, pipeline)."""
 
-    def __init__(self, cfg, budget_s: float = 60.0, progress: Callable[[str, float], None] | None = None):
+    def __init__(self, cfg, budget_s: float = 60.0, progress: Callable[[str, float], None] | None = None,
+                 pin: dict[str, Any] | None = None, replicas: bool = True):
         self.cfg = cfg
         self.budget_s = float(budget_s)
         self.progress = progress or (lambda what, share: None)
         self.robot = str(cfg.env.get("kind", "sim")) == "robot"
+        # Ray options that keep the profile's helper actors on this process's node (a node
+        # group's profile on a cluster, :mod:`.cluster`); none on one machine
+        self.pin = dict(pin or {})
+        self.with_replicas = replicas  # profile data-parallel learner replicas (one machine)
+        self.sizes: dict[str, int] = {}  # bytes of a worker's chunk of rows and of a publication
+
+    def _here(self, **options) -> dict[str, Any]:
+        """Ray options for a helper actor of the profile: no CPU of its own, on this node."""
+        return {"num_cpus": 0, **self.pin, **options}
 
     def _step(self, role: str, fn: Callable[[], Any]) -> Any:
         try:
@@ -120,6 +130,8 @@ class Profiler(LearnerProfiles):
         # batch and beside a worker; its replicas' includes their start
         stepped = {"env": 1.0, "worker": 1.0, "request": 0.5} if not self.robot else {}
         learner = {} if self.robot else {"update": 1.0} if on_policy else {"update": 4.0, "replicas": 1.5}
+        if not self.with_replicas:
+            learner.pop("replicas", None)
         budget = Budget(self.budget_s, end, {**stepped, "act": 1.0, **learner})
         if self.robot:
             envs.close()
@@ -145,9 +157,10 @@ class Profiler(LearnerProfiles):
             costs.update, ingest = self._step("learner (update)",
                                               lambda: self._updates(rows, spec, plan, budget.share("update") / 4, gpus))
             costs.sampling = costs.update.pop("sampling")
-            self.progress("learner replicas", 4 / 6)
-            costs.dp_overhead = self._step("learner replicas (data-parallel update)",
-                                           lambda: self._replicas(rows, spec, plan, costs, budget.share("replicas"), gpus))  # fmt: skip
+            if self.with_replicas:
+                self.progress("learner replicas", 4 / 6)
+                costs.dp_overhead = self._step("learner replicas (data-parallel update)",
+                                               lambda: self._replicas(rows, spec, plan, costs, budget.share("replicas"), gpus))  # fmt: skip
             if ingest.wall:  # the learner's own add of a chunk, and the chunk's deserialisation
                 costs.store = Curve({b: v + costs.row.wall_s(b) / 2 for b, v in ingest.wall.items()},
                                     {b: v + costs.row.cpu_s(b) / 2 for b, v in ingest.cpu.items()})  # fmt: skip
@@ -245,7 +258,7 @@ class Profiler(LearnerProfiles):
 
         curve = Curve()
         per = share / len(ENV_COUNTS)
-        sink = _sink_class().options(num_cpus=0).remote()
+        sink = _sink_class().options(**self._here()).remote()
         ray.get(sink.ping.remote())  # started: its start-up is not the worker's cost
         for e in ENV_COUNTS:
             worker = EnvWorker(self.cfg, worker_id=0, sink=sink, seed=int(self.cfg.seed), num_envs=e)
@@ -278,7 +291,7 @@ class Profiler(LearnerProfiles):
         from rlinf_user.runtime.serving.rollout_server import RolloutServer
 
         cfg = OmegaConf.merge(self.cfg, {"placement": {"rollout": {"device": "cpu"}}})
-        server = ray.remote(RolloutServer).options(num_cpus=0).remote(cfg, spec.to_dict())
+        server = ray.remote(RolloutServer).options(**self._here()).remote(cfg, spec.to_dict())
         singles = [index_obs(b, i) for b in obs_rows[:32] for i in range(batch_size(b))]
         curve = Curve()
         try:
@@ -351,10 +364,12 @@ class Profiler(LearnerProfiles):
 
         from rlinf_user.data.replay import ReplayBuffer
 
-        sink = _sink_class().options(num_cpus=0).remote()
+        sink = _sink_class().options(**self._here()).remote()
         ray.get(sink.ping.remote())
         n = len(rows[Col.REWARD])
         pick = lambda b: {k: v[np.arange(b) % n] for k, v in rows.items()}  # noqa: E731
+        send = int(self.cfg.buffer.get("chunk_steps", 50) or 50)
+        self.sizes["chunk"] = int(sum(v.nbytes for v in pick(send).values()))
         row, store, transfer = Curve(), Curve(), Curve()
         buf = ReplayBuffer(max(4096, 8 * batch))
         for b in ROW_BATCHES:
@@ -379,6 +394,7 @@ class Profiler(LearnerProfiles):
             b = io.BytesIO()
             torch.save(state, b)
             buf["bytes"] = b.getvalue()
+            self.sizes["weights"] = len(buf["bytes"])
 
         publish_s, _ = _timed(publish, 0.2, max_reps=20)
         apply_s, _ = _timed(lambda: policy.load_state_dict(torch.load(io.BytesIO(buf["bytes"]), weights_only=True)),

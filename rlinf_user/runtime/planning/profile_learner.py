@@ -137,7 +137,7 @@ class LearnerProfiles:
             cfg = OmegaConf.merge(self.cfg, steady_state(plan),
                                   {"placement": {"learner_device": device, "learner_replicas": 2},
                                    "buffer": {"persist": False}, "publish_every_updates": 10**9})  # fmt: skip
-            options = {"num_cpus": 0, **({"num_gpus": 1} if device == "cuda" else {})}
+            options = self._here(**({"num_gpus": 1} if device == "cuda" else {}))
             with tempfile.TemporaryDirectory() as run_dir:
                 t0 = time.perf_counter()
                 learner = Learner(cfg, spec, run_dir, replica_options=options)
@@ -166,8 +166,8 @@ class LearnerProfiles:
 
         from rlinf_user.runtime.rollout.env_worker import EnvWorker
 
-        sink = _sink_class().options(num_cpus=0).remote()
-        worker = ray.remote(EnvWorker).options(num_cpus=0).remote(self.cfg, worker_id=0, sink=sink,
+        sink = _sink_class().options(**self._here()).remote()
+        worker = ray.remote(EnvWorker).options(**self._here()).remote(self.cfg, worker_id=0, sink=sink,
                                                                   seed=int(self.cfg.seed))  # fmt: skip
         try:
             ray.get(worker.rollout.remote(10))  # started and stepping: its start-up is not the cost
@@ -195,7 +195,7 @@ class LearnerProfiles:
         from rlinf_user.runtime.rollout.env_worker import EnvWorker
 
         envs = max(8, int(self.cfg.placement.envs_per_worker))  # rounds large enough to see the slope
-        sink = _sink_class().options(num_cpus=0).remote()
+        sink = _sink_class().options(**self._here()).remote()
         ray.get(sink.keep.remote(True))
         worker = EnvWorker(self.cfg, worker_id=0, sink=sink, seed=int(self.cfg.seed), num_envs=envs)
         try:

@@ -61,9 +61,11 @@ class Replanner:
 
     @classmethod
     def applies(cls, plan: dict[str, Any] | None, on_policy: bool) -> bool:
-        """Replay runs chosen by ``placement=auto`` without robots (a robot's workers are fixed
-        by its hardware; an on-policy round keeps its workers to its end)."""
+        """Replay runs chosen by ``placement=auto`` on one machine without robots (a robot's
+        workers are fixed by its hardware; an on-policy round keeps its workers to its end)."""
         if plan is None or on_policy or "costs" not in plan or "pipeline" not in plan:
+            return False
+        if plan.get("cluster"):  # node groups: the drift is watched, the groups are not re-planned live
             return False
         return not int(plan["pipeline"].get("robots", 0) or 0) and not plan["costs"].get("robot_hz")
 
