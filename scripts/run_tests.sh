@@ -45,7 +45,7 @@ fi
 # RLINF_TEST_CPU, docs/testing.md)
 TAIL=(tests/unit tests/integration/test_hg_dagger.py tests/integration/test_cli.py tests/integration/test_demos_training.py
       tests/integration/test_soak.py tests/integration/test_openpi_server.py tests/integration/test_dsrl_learning.py
-      tests/integration/test_cluster.py tests/integration/test_elastic.py)
+      tests/integration/test_cluster.py tests/integration/test_elastic.py tests/integration/test_plan_cluster.py)
 IGNORE=()
 for t in "${TAIL[@]}"; do IGNORE+=("--ignore=$t"); done
 # only the files that hold wallclock tests are collected for them (collecting the whole
