@@ -30,9 +30,15 @@ def agent_on_any_free_port() -> bool:
     """Nodes started in this process give their dashboard agent any free port, not Ray's
     fixed 52365: with a second Ray on the machine (a sim run beside a robot run, a cluster's
     local nodes) the agent otherwise retries that port for 3.4 s, and the raylet, and so
-    ``ray.init``, waits for it (6.8 s instead of 3.0 measured). ``ray.init`` has no
-    argument for it, so this sets the default of Ray's node parameters; False (Ray's own
-    default kept) where a Ray version names it differently."""
+    ``ray.init``, waits for it (6.8 s instead of 3.0 measured). They also start no
+    autoscaler monitor: a node started here never autoscales, and the monitor's process
+    cost half a CPU-second of every run's start (a ``ray start`` cluster keeps its own).
+    ``ray.init`` has no argument for either, so this sets the defaults of Ray's node
+    parameters; False (Ray's own defaults kept) where a Ray version names them differently."""
+    return _node_default("dashboard_agent_listen_port", 0) and _node_default("no_monitor", True)
+
+
+def _node_default(name: str, value: Any) -> bool:
     import inspect
 
     try:
@@ -40,12 +46,12 @@ def agent_on_any_free_port() -> bool:
 
         names = list(inspect.signature(RayParams.__init__).parameters)[1:]
         defaults = list(RayParams.__init__.__defaults__ or ())
-        i = names.index("dashboard_agent_listen_port") - (len(names) - len(defaults))
+        i = names.index(name) - (len(names) - len(defaults))
     except (ImportError, ValueError, AttributeError) as err:
-        log.debug("dashboard agent port left at Ray's default: %s", err)
+        log.debug("Ray's node parameter %s left at its default: %s", name, err)
         return False
     if i < 0:
         return False
-    defaults[i] = 0
+    defaults[i] = value
     RayParams.__init__.__defaults__ = tuple(defaults)
     return True

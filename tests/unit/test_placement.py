@@ -9,3 +9,4 @@ def test_a_local_ray_node_gives_its_dashboard_agent_any_free_port():
 
     assert agent_on_any_free_port()
     assert RayParams().dashboard_agent_listen_port == 0
+    assert RayParams().no_monitor  # a local node never autoscales
