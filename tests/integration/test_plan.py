@@ -86,3 +86,30 @@ def test_what_this_machine_cannot_hold_is_refused_before_profiling_with_the_chan
     monkeypatch.setattr("torch.cuda.device_count", lambda: 0)
     with pytest.raises(profile.ProfileError, match="policy=mlp took .* s to act once on this CPU .* no GPU"):
         profile.Profiler(compose_config([], sim="reach"), 2).run()
+
+
+def test_plan_for_a_robot_profiles_its_learner_and_names_its_rate_as_the_limit(tmp_path):
+    """``plan --robot franka`` (what ``train --robot franka placement=auto`` runs first) against
+    the edge daemon on franky-sim: the robot is never stepped, but its learner's update and its
+    rows' transport are profiled on rows of its observations' shapes, so the ranking can tell
+    whether the learner keeps the robot's pace (it failed on the missing update once)."""
+    pytest.importorskip("franky_sim")
+    from edge_helpers import EdgeProcess, free_ports
+
+    port = free_ports(3)
+    edge = EdgeProcess(["--robot", "franka", "franky_sim=true", "robot.ip=127.0.0.61", "control_hz=10"], port,
+                       tmp_path / "edge.log")  # fmt: skip
+    try:
+        out = tmp_path / "plan.json"
+        r = subprocess.run([*CLI, "plan", "--robot", "franka", "env.edge.host=127.0.0.1", f"env.edge.port={port}",
+                            "--budget", "4", "--out", str(out)], capture_output=True, text=True, timeout=300, env=ENV)  # fmt: skip
+    finally:
+        edge.close()
+    assert r.returncode == 0, r.stderr[-3000:]
+    plan = json.loads(out.read_text())
+    c = plan["costs"]
+    assert c["robot_hz"] == 10.0 and not c["env_step"]["wall"]  # never stepped: its rate is its step
+    assert c["update"]["cpu"]["wall"]["256"] > 0 and c["row"]["cpu"]["1"] > 0
+    best = plan["ranking"][0]
+    assert best["bottleneck"] == "robot" and 8.0 < best["env_steps_per_s"] <= 10.0, best  # the learner keeps up
+    assert plan["chosen"]["num_env_workers"] == 1 and "chosen:" in r.stderr

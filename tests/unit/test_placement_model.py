@@ -76,7 +76,9 @@ def test_a_robot_steps_at_its_rate_and_a_placement_that_would_hold_it_back_is_ne
     assert p.updates_per_s == pytest.approx(5.0, rel=0.05) and p.holds_robot is False  # the robot does not wait
     assert p.bottleneck == "learner"
     paced = predict(c, Pipeline(on_policy=False, batch_size=256, utd_ratio=1.0, paced=True, robots=1), p.candidate)
-    assert paced.holds_robot and paced.bottleneck == "robot"  # pacing would make the robot wait: flagged
+    assert paced.holds_robot and paced.bottleneck == "learner (the robot waits)"  # pacing would make it wait: flagged
+    fast = predict(costs(update=0.001, robot_hz=10.0), pipe, p.candidate)
+    assert fast.bottleneck == "robot" and not fast.holds_robot  # its control rate is what limits it
 
 
 def test_on_policy_rounds_add_collection_and_the_update():

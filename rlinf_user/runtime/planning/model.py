@@ -225,7 +225,7 @@ class Prediction:
     candidate: Candidate
     env_steps_per_s: float
     updates_per_s: float
-    bottleneck: str  # what limits it: workers, learner, rollout server, cpu, robot
+    bottleneck: str  # what limits it: workers, learner, rollout server, cpu, link, robot (its control rate)
     usage: dict[str, float]  # each role's busy share at that rate (learner, rollout, cpu)
     holds_robot: bool = False  # a robot would wait for the learner
     score: float = 0.0  # what ranks it: env steps/s at the algorithm's update-to-data ratio
@@ -377,7 +377,11 @@ def predict(costs: Costs, pipe: Pipeline, c: Candidate, sites: Sites | None = No
         usage["learner_node_cpu"] = (rate * (store_cpu + (serve_cpu if served_far else 0.0)) + updates * upd_cpu) / sites.learner_cores
     if c.rollout:
         usage["rollout"] = rate / limits["rollout server"]
-    return Prediction(c, rate, updates, "robot" if holds else neck, usage, holds, min(rate, updates / u))
+    if costs.robot_hz and neck == "workers":  # a robot's env steps at its control rate
+        neck = "robot"
+    elif holds:
+        neck = "learner (the robot waits)"
+    return Prediction(c, rate, updates, neck, usage, holds, min(rate, updates / u))
 
 
 def _predict_rounds(costs: Costs, pipe: Pipeline, c: Candidate, sites: Sites | None = None) -> Prediction:

@@ -112,7 +112,7 @@ class Profiler(LearnerProfiles):
 
         from rlinf_user.algorithms.base import ON_POLICY, build_algorithm
         from rlinf_user.env.registry import make_vector_env
-        from rlinf_user.env.spec import EnvSpec
+        from rlinf_user.env.spec import EnvSpec, stack_obs
 
         torch.set_num_threads(max(1, int(self.cfg.placement.torch_threads)))
         gpus = torch.cuda.device_count()
@@ -129,7 +129,7 @@ class Profiler(LearnerProfiles):
         # the steps' weights: the replay learner's is its update alone (twice), at half the
         # batch and beside a worker; its replicas' includes their start
         stepped = {"env": 1.0, "worker": 1.0, "request": 0.5} if not self.robot else {}
-        learner = {} if self.robot else {"update": 1.0} if on_policy else {"update": 4.0, "replicas": 1.5}
+        learner = {} if self.robot and on_policy else {"update": 1.0} if on_policy else {"update": 4.0, "replicas": 1.5}
         if not self.with_replicas:
             learner.pop("replicas", None)
         budget = Budget(self.budget_s, end, {**stepped, "act": 1.0, **learner})
@@ -142,10 +142,12 @@ class Profiler(LearnerProfiles):
         self.progress("act", 1 / 6)
         costs.act = self._step("policy (act)", lambda: self._acts(policy, obs_rows, spec, budget.share("act"), gpus))
         self.progress("rows", 2 / 6)
-        rows = self._rows(obs_rows, spec, policy, plan) if obs_rows is not None else None
-        if rows is not None:
-            costs.row, costs.store, costs.sample_transfer, costs.call_s = self._step(
-                "replay (rows through Ray)", lambda: self._transport(rows, int(getattr(plan, "batch_size", 256))))
+        # a robot's rows: zero observations of its spec's shapes (its learner's update and its
+        # rows' transport cost what they cost whatever the pixels hold)
+        rows = self._rows(obs_rows or [stack_obs([_zero_obs(spec)] * 513)], spec, policy, plan)
+        costs.row, costs.store, costs.sample_transfer, costs.call_s = self._step(
+            "replay (rows through Ray)", lambda: self._transport(rows, int(getattr(plan, "batch_size", 256))))
+        if obs_rows is not None:
             self.progress("env worker", 2.5 / 6)
             costs.worker = self._step("env worker", lambda: self._workers(budget.share("worker")))
             self.progress("rollout server", 2.8 / 6)
@@ -153,7 +155,7 @@ class Profiler(LearnerProfiles):
         self.progress("update", 3 / 6)
         if on_policy and not self.robot:
             costs.update = self._step("learner (update)", lambda: self._rounds(spec, plan, budget.share("update"), gpus))
-        if not on_policy and rows is not None:
+        if not on_policy:
             costs.update, ingest = self._step("learner (update)",
                                               lambda: self._updates(rows, spec, plan, budget.share("update") / 4, gpus))
             costs.sampling = costs.update.pop("sampling")
