@@ -102,7 +102,8 @@ def test_plan_for_a_robot_profiles_its_learner_and_names_its_rate_as_the_limit(t
     try:
         out = tmp_path / "plan.json"
         r = subprocess.run([*CLI, "plan", "--robot", "franka", "env.edge.host=127.0.0.1", f"env.edge.port={port}",
-                            "--budget", "4", "--out", str(out)], capture_output=True, text=True, timeout=300, env=ENV)  # fmt: skip
+                            # one update per env step: a learner with room to spare on a slow, busy machine
+                            "algo.utd_ratio=1", "--budget", "4", "--out", str(out)], capture_output=True, text=True, timeout=300, env=ENV)  # fmt: skip
     finally:
         edge.close()
     assert r.returncode == 0, r.stderr[-3000:]
