@@ -13,10 +13,11 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 def pytest_configure(config):
     # every Ray node a test starts (ray.init, cluster_utils) gives its dashboard agent a free
-    # port: the other lane's Ray would otherwise hold the fixed one and cost each start 3.4 s
-    from rlinf_user.runtime.orchestration.placement import agent_on_any_free_port
+    # port (the other lane's Ray would otherwise hold the fixed one and cost each start 3.4 s)
+    # and starts no autoscaler monitor, as the project's own runs do
+    from rlinf_user.runtime.orchestration.placement import lean_local_node
 
-    agent_on_any_free_port()
+    lean_local_node()
     from cpu_meter import register
 
     register(config)

@@ -20,22 +20,24 @@ def start_ray(kwargs: dict[str, Any]) -> bool:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if kwargs.get("address") in (None, "local"):
-        agent_on_any_free_port()
+        lean_local_node()
     log.info("starting Ray: %s", kwargs)
     ray.init(**kwargs)
     return True
 
 
-def agent_on_any_free_port() -> bool:
-    """Nodes started in this process give their dashboard agent any free port, not Ray's
-    fixed 52365: with a second Ray on the machine (a sim run beside a robot run, a cluster's
-    local nodes) the agent otherwise retries that port for 3.4 s, and the raylet, and so
-    ``ray.init``, waits for it (6.8 s instead of 3.0 measured). They also start no
-    autoscaler monitor: a node started here never autoscales, and the monitor's process
-    cost half a CPU-second of every run's start (a ``ray start`` cluster keeps its own).
-    ``ray.init`` has no argument for either, so this sets the defaults of Ray's node
-    parameters; False (Ray's own defaults kept) where a Ray version names them differently."""
-    return _node_default("dashboard_agent_listen_port", 0) and _node_default("no_monitor", True)
+def lean_local_node() -> bool:
+    """Defaults for the Ray nodes this process starts (``ray.init``, a cluster's local nodes).
+    Their dashboard agent takes any free port, not Ray's fixed 52365: with a second Ray on the
+    machine (a sim run beside a robot run) the agent otherwise retries that port for 3.4 s,
+    and the raylet, and so ``ray.init``, waits for it (6.8 s instead of 3.0 measured). They
+    start no autoscaler monitor: a node started here never autoscales, and the monitor's
+    process cost half a CPU-second of every run's start (a ``ray start`` cluster keeps its
+    own). ``ray.init`` has no argument for either, so this sets the defaults of Ray's node
+    parameters; False where a Ray version names one differently (Ray's own default kept)."""
+    port = _node_default("dashboard_agent_listen_port", 0)
+    monitor = _node_default("no_monitor", True)
+    return port and monitor
 
 
 def _node_default(name: str, value: Any) -> bool:

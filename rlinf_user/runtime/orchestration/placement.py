@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from rlinf_user.runtime.ray_session import agent_on_any_free_port, start_ray  # noqa: F401 - re-exported
+from rlinf_user.runtime.ray_session import lean_local_node, start_ray  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
