@@ -372,6 +372,7 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=2500)
     ap.add_argument("--name", default="pick_random")
     ap.add_argument("--append", action="store_true", help="keep the results file's other runs")
+    ap.add_argument("--keep", default=None, help="keep the demos and run folders (checkpoints) here instead of deleting them")
     ap.add_argument("--replot", action="store_true",
                     help="only redraw the curve and recount the holding from the results file")
     ap.add_argument("--sim", default="gym_hil_random", help="gym_hil_random (state) or gym_hil_pixels (cameras)")
@@ -390,7 +391,8 @@ def main() -> None:
     rows = json.loads(path.read_text())["runs"] if args.append and path.exists() else []
     if args.jobs > 1 and len(args.seeds) > 1:
         return side_by_side(args, path, rows)
-    work = Path(tempfile.mkdtemp(prefix="bench-pick-random-"))
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-pick-random-"))
+    work.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
         demos = work / f"demos_s{seed}"
         demo_steps = record_demos(demos, seed) if any(k in " ".join(VARIANTS[v]) for v in args.variants
@@ -400,7 +402,8 @@ def main() -> None:
             rows = [r for r in rows if (r["variant"], r["seed"]) != (v, seed)] + [run]  # a rerun replaces its row
             write(path, rows, args)  # after every run: a sweep that is stopped keeps the runs it finished
     report(rows, args)
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def side_by_side(args, path: Path, rows: list[dict]) -> None:
