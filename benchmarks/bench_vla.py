@@ -17,6 +17,13 @@ p99 latency, and actions/s = batch x H / latency.
 
 ``--compile MODE``: the same policy again with its denoising step compiled
 (``policy.compile``), side by side with the eager rows; ``warmup_s`` holds the compile time.
+
+``--graph``: the same policy again with the whole chunk replayed from a CUDA graph
+(``policy.cuda_graph=on``; :mod:`rlinf_user.policies.chunk_graph`), side by side with the
+eager rows (``policy.cuda_graph=off``) in the same process. Each graph row carries the
+largest difference of its deterministic chunk from the eager one on the same inputs
+(``max_abs_diff_vs_eager``) and whether a chunk ran with no host synchronisation
+(``sync_free``: CUDA's sync debug mode set to error around one ``act``).
 """
 
 from __future__ import annotations
@@ -54,16 +61,49 @@ def uncached_sample(model, images, masks, tokens, token_mask, state, noise):
     return x
 
 
+def device_obs(b: int, device) -> dict:
+    obs = observations(b, np.random.default_rng(0))
+    return {**obs, "state": obs["state"].to(device), "images": {k: v.to(device) for k, v in obs["images"].items()}}
+
+
+def graph_checks(policy, b: int, device) -> dict:
+    """The graph's deterministic chunk against the eager one on the same inputs, and whether
+    a replayed chunk synchronises with the host."""
+    import torch
+
+    obs = device_obs(b, device)
+    policy.cuda_graph = "off"
+    eager = policy.act(obs, deterministic=True).actions.float()
+    policy.cuda_graph = "on"
+    fast = policy.act(obs, deterministic=True).actions.float()
+    out = {"max_abs_diff_vs_eager": round(float((fast - eager).abs().max()), 5),
+           "graph_backend": "cuda" if str(device).startswith("cuda") else "rerun (CPU: the machinery, not a graph)"}
+    if str(device).startswith("cuda"):
+        policy.act(obs)  # the stochastic chunk captured outside the check
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            policy.act(obs, deterministic=True)
+            policy.act(obs)
+            out["sync_free"] = True
+        except RuntimeError as err:
+            out["sync_free"] = f"{err}"[:200]
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    graphs = policy._graphs
+    out["graphs_captured"] = graphs.captures if graphs is not None else 0
+    out["graph_fallbacks"] = graphs.fallbacks if graphs is not None else 0
+    return out
+
+
 def measure(policy, b: int, repeats: int, cached: bool, device, stochastic: bool = False) -> dict:
     import torch
 
-    rng = np.random.default_rng(0)
-    obs = observations(b, rng)
-    obs = {**obs, "state": obs["state"].to(device), "images": {k: v.to(device) for k, v in obs["images"].items()}}
+    obs = device_obs(b, device)
 
     def chunk():
         if cached:  # serving: the ODE from zero noise; stochastic: the Flow-Noise chain with its log-prob and value
-            return policy.act(obs, deterministic=not stochastic)
+            return policy.act(obs, deterministic=not stochastic).actions.cpu()  # the actions where the caller reads them
         with torch.no_grad():
             inputs = policy.model_inputs(obs)
             noise = torch.randn(b, policy.model.cfg.horizon, policy.model.cfg.action_dim, device=device)
@@ -104,6 +144,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--compile", nargs="*", default=[],
                     help="also measure with policy.compile=MODE (flow VLAs; an inductor mode or a backend), same weights")
+    ap.add_argument("--graph", action="store_true",
+                    help="also measure with policy.cuda_graph=on (flow VLAs on CUDA), same weights, eager rows beside")
     ap.add_argument("--out", default=str(RESULTS / "vla_chunk_latency.json"))
     args = ap.parse_args()
     import torch
@@ -120,7 +162,10 @@ def main() -> None:
     for size in args.sizes:
         named = {"lite": ["policy=lite_vla"], "token": ["policy=token_vla"]}
         over = named.get(size, ["policy=pi0", f"policy.size={size}"])
-        policy = build_policy(compose_config(over).policy, spec).eval()
+        with torch.device(args.device):  # the parameters drawn where they live: a 3.3B model in seconds
+            policy = build_policy(compose_config(over).policy, spec).eval()
+        if hasattr(policy, "cuda_graph"):
+            policy.cuda_graph = "off"  # the eager rows: today's path
         policy = policy.to(device=args.device, dtype=getattr(torch, args.dtype))
         params = sum(p.numel() for p in policy.parameters())
         cfg = policy.model.cfg if hasattr(policy, "model") else policy.cfg
@@ -140,6 +185,23 @@ def main() -> None:
                 print(json.dumps(r), flush=True)
                 rows.append(r)
             policy.model.compile_denoising(None)
+        if args.graph and hasattr(policy, "cuda_graph"):  # the same weights, the chunk replayed from a graph
+            if not str(args.device).startswith("cuda"):  # the machinery on a CPU: the rerun backend
+                from rlinf_user.policies.chunk_graph import ChunkGraphs
+
+                graphs = ChunkGraphs(backend="rerun")
+                policy.chunk_graphs = lambda device, g=graphs: None if policy.cuda_graph == "off" else g
+                policy._graphs = graphs
+            for b in args.batches:
+                checks = graph_checks(policy, b, args.device)
+                policy.cuda_graph = "on"
+                for stochastic in (False, True) if b == 1 else (False,):
+                    r = {"size": size, "params_m": round(params / 1e6, 2), "horizon": cfg.horizon, "denoise_steps": steps,
+                         "dtype": args.dtype, "cuda_graph": True, **checks,
+                         **measure(policy, b, args.repeats, True, args.device, stochastic=stochastic)}  # fmt: skip
+                    print(json.dumps(r), flush=True)
+                    rows.append(r)
+            policy.cuda_graph = "off"
         if 1 in args.batches:  # an RL rollout's chunk: the stochastic chain, its log-prob and the value
             r = {"size": size, "params_m": round(params / 1e6, 2), "horizon": cfg.horizon, "denoise_steps": steps,
                  "dtype": args.dtype, **measure(policy, 1, args.repeats, True, args.device, stochastic=True)}  # fmt: skip

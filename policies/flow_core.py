@@ -30,10 +30,28 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def layer_step(layer, x, cos, sin, mask, past: tuple[torch.Tensor, torch.Tensor] | None):
+def attend(attn, q, k, v, mask, sdpa: bool = True) -> torch.Tensor:
+    """Attention of queries (B, heads, N, d) over keys/values (B, kv_heads, L, d) with an
+    additive mask (B, 1, N, L) -> (B, N, heads, d). ``sdpa``: one fused
+    ``scaled_dot_product_attention`` (flash / memory-efficient kernels on a GPU), the keys
+    and values repeated for grouped queries; else transformers' eager Gemma attention
+    (matmul, float32 softmax, matmul), which it equals within float tolerance."""
+    if not sdpa:
+        from transformers.models.gemma.modeling_gemma import eager_attention_forward
+
+        return eager_attention_forward(attn, q, k, v, mask, scaling=attn.scaling)[0]
+    if k.shape[1] != q.shape[1]:  # grouped queries: each kv head serves heads/kv_heads queries
+        rep = q.shape[1] // k.shape[1]
+        k = k[:, :, None].expand(-1, -1, rep, -1, -1).reshape(k.shape[0], -1, *k.shape[2:])
+        v = v[:, :, None].expand(-1, -1, rep, -1, -1).reshape(v.shape[0], -1, *v.shape[2:])
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling)
+    return out.transpose(1, 2)
+
+
+def layer_step(layer, x, cos, sin, mask, past: tuple[torch.Tensor, torch.Tensor] | None, sdpa: bool = True):
     """One decoder layer on one stream; returns its output and its keys/values after RoPE
     (with ``past``, the other stream's keys/values of this layer are attended too)."""
-    from transformers.models.gemma.modeling_gemma import apply_rotary_pos_emb, eager_attention_forward
+    from transformers.models.gemma.modeling_gemma import apply_rotary_pos_emb
 
     attn = layer.self_attn
     b, n = x.shape[:2]
@@ -46,7 +64,7 @@ def layer_step(layer, x, cos, sin, mask, past: tuple[torch.Tensor, torch.Tensor]
     kv = (k, v)
     if past is not None:
         k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-    out, _ = eager_attention_forward(attn, q, k, v, mask, scaling=attn.scaling)
+    out = attend(attn, q, k, v, mask, sdpa)
     x = x + attn.o_proj(out.reshape(b, n, -1))
     x = x + layer.mlp(layer.post_attention_layernorm(x))
     return x, kv
@@ -73,6 +91,15 @@ def time_embedding(t: torch.Tensor, dim: int, min_period: float, max_period: flo
     return torch.cat([torch.sin(arg), torch.cos(arg)], dim=-1).float()
 
 
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def normal_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """A Gaussian's log-density, elementwise (``torch.distributions.Normal`` checks its
+    arguments on the host, a synchronisation a captured chunk cannot hold)."""
+    return -((x - mean) ** 2) / (2 * std**2) - torch.log(std) - _HALF_LOG_2PI
+
+
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
@@ -83,6 +110,7 @@ class JointFlowModel(nn.Module):
 
     cfg: Any
     _compiled_velocity: Any = None  # set by compile_denoising: the step acting uses
+    sdpa: bool = True  # fused attention (False: transformers' eager attention, the reference)
 
     def compile_denoising(self, how: str | None) -> None:
         """``torch.compile`` the denoising step (the expert over the cached prefix), which a
@@ -137,7 +165,7 @@ class JointFlowModel(nn.Module):
         mask = additive(attention_2d(pad, torch.zeros_like(pad)), emb.dtype)
         cache, x = [], emb
         for layer in layers:
-            x, kv = layer_step(layer, x, cos, sin, mask, None)
+            x, kv = layer_step(layer, x, cos, sin, mask, None, self.sdpa)
             cache.append(kv)
         return cache
 
@@ -167,7 +195,7 @@ class JointFlowModel(nn.Module):
         pos = prefix_pad.long().sum(dim=1, keepdim=True) + torch.arange(ls, device=x.device)[None]
         cos, sin = rotary(x, pos)
         for layer, past in zip(layers, cache):
-            x, _ = layer_step(layer, x, cos, sin, mask, past)
+            x, _ = layer_step(layer, x, cos, sin, mask, past, self.sdpa)
         return norm(x)
 
     def velocity(self, cache, prefix_pad, state, x_t, t, features: bool = False):
@@ -234,7 +262,7 @@ class JointFlowModel(nn.Module):
                 mean, std = self._transition(cache, pad, state, x, i, k, noise_head)
                 x = mean + std * torch.randn_like(x)
                 n = noise_head.active
-                logp = logp + torch.distributions.Normal(mean[..., :n], std[..., :n]).log_prob(x[..., :n])
+                logp = logp + normal_log_prob(x[..., :n], mean[..., :n], std[..., :n])
             chain.append(x)
         chain = torch.stack(chain)
         return chain if noise_head is None else (chain, logp)
@@ -256,9 +284,8 @@ class JointFlowModel(nn.Module):
         ent = torch.zeros_like(logp)
         for i in range(k):
             mean, std = self._transition(cache, pad, state, chain[i], i, k, noise_head)
-            step = torch.distributions.Normal(mean[..., :n], std[..., :n])
-            logp = logp + step.log_prob(chain[i + 1][..., :n])
-            ent = ent + step.entropy() / k
+            logp = logp + normal_log_prob(chain[i + 1][..., :n], mean[..., :n], std[..., :n])
+            ent = ent + (0.5 + _HALF_LOG_2PI + torch.log(std[..., :n])) / k
         return logp, ent
 
 

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from rlinf_user.env.spec import Col, EnvSpec
 from rlinf_user.policies.base import Policy, PolicyOutput
+from rlinf_user.policies.chunk_graph import ChunkGraphs, graph_mode, storage_fingerprint
 from rlinf_user.policies.flow_core import JointFlowModel, NoiseHead, value_mlp, value_out
 from rlinf_user.policies.pi0_checkpoint import NormStats, check_norm_stats
 from rlinf_user.policies.vla_text import PromptTokenizer
@@ -72,6 +73,9 @@ class FlowVLAPolicyConfig:
     noise_std: list[float] = field(default_factory=lambda: [0.08, 0.16])  # Flow-Noise step std bounds (PPO)
     detach_critic: bool = True  # the value head's input carries no gradient into the expert
     compile: str | None = None  # torch.compile the denoising step (an inductor mode or a backend)
+    # acting on a GPU: the whole chunk as one CUDA-graph replay per input shape (auto: on a
+    # CUDA device, eager elsewhere; on: refused off a GPU; off: eager). policies/chunk_graph.py
+    cuda_graph: str = "auto"
     value_per_action: bool = False  # a value per action of a chunk (set by algo.credit=action)
 
 
@@ -82,7 +86,7 @@ class FlowVLAPolicy(Policy):
                  cameras: list[str], default_prompt: str = "", *, num_cameras: int, expert_width: int,
                  finetune: str = "expert", noise_std: tuple[float, float] = (0.08, 0.16),
                  detach_critic: bool = True, lora_rank: int = 8, value_per_action: bool = False,
-                 compile: str | None = None):  # fmt: skip
+                 compile: str | None = None, cuda_graph: str | bool | None = "auto"):  # fmt: skip
         super().__init__(spec)
         cfg = model.cfg
         if spec.action_dim > cfg.action_dim or spec.state_dim > cfg.state_dim:
@@ -117,8 +121,14 @@ class FlowVLAPolicy(Policy):
             self.register_buffer(f"{key}_std", torch.as_tensor(s.std, dtype=torch.float32))
         self.fresh_stats = bool(np.all(norm[Col.STATE].mean == 0) and np.allclose(norm[Col.STATE].std, 1, atol=1e-5))
         self.set_finetune(finetune, lora_rank)
+        self.cuda_graph = graph_mode(cuda_graph)
+        if compile and self.cuda_graph == "on":
+            raise ValueError(f"policy.compile={compile} and policy.cuda_graph=on: choose one (a compiled step with "
+                             "mode=reduce-overhead captures its own graphs)")  # fmt: skip
         if compile:  # after the adapters: the compiled step is the model as it trains
             model.compile_denoising(str(compile))
+            self.cuda_graph = "off"
+        self._graphs: ChunkGraphs | None = None
 
     @staticmethod
     def vocab_size_of(model) -> int:
@@ -144,26 +154,29 @@ class FlowVLAPolicy(Policy):
         """(B, H, W, 3) uint8 -> the model's image tensor (B, 3, S, S)."""
         raise NotImplementedError
 
-    def blank_image(self, b: int, device) -> torch.Tensor:  # pragma: no cover
-        raise NotImplementedError
-
-    def model_inputs(self, obs: dict[str, Any]):
+    def raw_inputs(self, obs: dict[str, Any]) -> list[torch.Tensor]:
+        """The host's part of the inputs: ``[state, tokens, token_mask, *frames]`` on the
+        state's device (the instruction tokenised; the frames as the cameras gave them)."""
         state = obs[Col.STATE].float()
         b, dev = state.shape[0], state.device
-        images, masks = [], []
-        for i in range(self.num_cameras):
-            if i < len(self.cameras):
-                images.append(self.preprocess(obs[Col.IMAGES][self.cameras[i]].to(dev)))
-                masks.append(torch.ones(b, dtype=torch.bool, device=dev))
-            else:  # a slot this env has no camera for: a blank image, masked out
-                images.append(self.blank_image(b, dev))
-                masks.append(torch.zeros(b, dtype=torch.bool, device=dev))
         prompts = obs.get(Col.INSTRUCTION) or [self.default_prompt] * b
         tokens, token_mask = self.prompt(list(prompts), dev)
+        return [state, tokens, token_mask, *(obs[Col.IMAGES][c].to(dev) for c in self.cameras)]
+
+    def device_inputs(self, state, tokens, token_mask, *frames):
+        """The model's inputs from :meth:`raw_inputs`, all on the device: each camera
+        preprocessed (model slots the env has no camera for left out of the prefix, so
+        nothing is read back to the host), the state normalised and padded."""
+        b, dev = state.shape[0], state.device
+        images = [self.preprocess(f) for f in frames] + [None] * (self.num_cameras - len(frames))
+        masks = [torch.ones(b, dtype=torch.bool, device=dev)] * len(frames) + [None] * (self.num_cameras - len(frames))
         n = state.shape[-1]
         s = (state - self.state_mean[:n]) / (self.state_std[:n] + 1e-6)
         s = F.pad(s, (0, self.model.cfg.state_dim - n))
         return images, masks, tokens, token_mask, s
+
+    def model_inputs(self, obs: dict[str, Any]):
+        return self.device_inputs(*self.raw_inputs(obs))
 
     def prefix(self, obs: dict[str, Any]):
         """(cache, pad, normalised state) of a batch of observations."""
@@ -185,16 +198,54 @@ class FlowVLAPolicy(Policy):
     # -- acting ---------------------------------------------------------------------------
     @torch.no_grad()
     def act(self, obs: dict[str, Any], deterministic: bool = False) -> PolicyOutput:
-        cache, pad, state = self.prefix(obs)
-        b, cfg = state.shape[0], self.model.cfg
-        shape = (b, cfg.horizon, cfg.action_dim)
-        if deterministic:
-            chain = self.model.denoise(cache, pad, state, torch.zeros(shape, device=state.device))
-            return PolicyOutput(self.env_actions(chain[-1]), {})
-        chain, logp = self.model.denoise(cache, pad, state, torch.randn(shape, device=state.device), noise_head=self.noise_head)
+        raw = self.raw_inputs(obs)
+        if deterministic:  # the ODE from zero noise
+            cfg = self.model.cfg
+            noise = torch.zeros(raw[0].shape[0], cfg.horizon, cfg.action_dim, device=raw[0].device)
+            (actions,) = self._chunk("flow", self._flow_chunk, [raw[0], noise, *raw[1:]])
+            return PolicyOutput(actions, {})
+        actions, sample, logp, value = self._chunk("chain", self._chain_chunk, raw)
+        return PolicyOutput(actions, {Col.SAMPLE: sample, Col.LOG_PROB: logp, Col.VALUE: value})
+
+    def _flow_chunk(self, state, noise, tokens, token_mask, *frames) -> tuple[torch.Tensor]:
+        """One deterministic chunk from raw inputs and the initial noise (all tensors: what
+        a CUDA graph captures)."""
+        images, masks, tokens, token_mask, s = self.device_inputs(state, tokens, token_mask, *frames)
+        cache, pad = self.model.prefix(images, masks, tokens, token_mask)
+        return (self.env_actions(self.model.denoise(cache, pad, s, noise)[-1]),)
+
+    def _chain_chunk(self, state, tokens, token_mask, *frames) -> tuple[torch.Tensor, ...]:
+        """One Flow-Noise chunk (its noise drawn inside): actions, the chain (B, K + 1, H, A),
+        the per-element log-prob and the value."""
+        images, masks, tokens, token_mask, s = self.device_inputs(state, tokens, token_mask, *frames)
+        cache, pad = self.model.prefix(images, masks, tokens, token_mask)
+        cfg = self.model.cfg
+        noise = torch.randn(s.shape[0], cfg.horizon, cfg.action_dim, device=s.device)
+        chain, logp = self.model.denoise(cache, pad, s, noise, noise_head=self.noise_head)
         sample = chain.transpose(0, 1).contiguous()  # (B, K + 1, H, A)
-        value = self._value(cache, pad, state)
-        return PolicyOutput(self.env_actions(chain[-1]), {Col.SAMPLE: sample, Col.LOG_PROB: logp.flatten(1), Col.VALUE: value})
+        return self.env_actions(chain[-1]), sample, logp.flatten(1), self._value(cache, pad, s)
+
+    def _chunk(self, kind: str, fn, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``fn(*inputs)``: replayed from a captured graph where :meth:`chunk_graphs` gives
+        one and it fits, else eagerly."""
+        graphs = self.chunk_graphs(inputs[0].device)
+        out = None if graphs is None else graphs.run(kind, fn, inputs, storage_fingerprint(self))
+        return list(fn(*inputs)) if out is None else out
+
+    def chunk_graphs(self, device: torch.device) -> ChunkGraphs | None:
+        """The captured chunks acting on ``device`` uses (``policy.cuda_graph``), or None:
+        eager (off, training, gradients on, or not a GPU under auto). ``on`` off a GPU is
+        refused by name."""
+        if self.cuda_graph == "off" or self.training or torch.is_grad_enabled():
+            return None
+        if device.type != "cuda":
+            if self.cuda_graph == "on":
+                raise ValueError(f"policy.cuda_graph=on: CUDA graphs need a CUDA device, and this policy acts on "
+                                 f"{device}; use policy.cuda_graph=auto (graphs on a GPU, eager elsewhere) or off")  # fmt: skip
+            return None
+        if self._graphs is None:
+            self._graphs = ChunkGraphs()
+        return self._graphs
 
     @property
     def noise_shape(self) -> tuple[int, int]:
@@ -294,4 +345,5 @@ class FlowVLAPolicy(Policy):
         std = get("noise_std") or (0.08, 0.16)
         return dict(finetune=str(get("finetune") or "expert"), noise_std=(float(std[0]), float(std[1])),
                     detach_critic=bool(get("detach_critic", True)), lora_rank=int(get("lora_rank") or 8),
-                    value_per_action=bool(get("value_per_action", False)), compile=get("compile"))  # fmt: skip
+                    value_per_action=bool(get("value_per_action", False)), compile=get("compile"),
+                    cuda_graph=get("cuda_graph", "auto"))  # fmt: skip

@@ -102,7 +102,7 @@ class LiteVLAModel(JointFlowModel):
     def embed_prefix(self, images, image_masks, tokens, token_mask):
         embs, pads = [], []
         for slot, (img, m) in enumerate(zip(images, image_masks)):
-            if not m.any():  # a slot no row has a camera for: its tokens would all be masked
+            if m is None:  # a slot the env has no camera for (its tokens would all be masked)
                 continue
             e = self.embed_image(img, slot)
             embs.append(e)
@@ -159,7 +159,3 @@ class LiteVLAPolicy(FlowVLAPolicy):
 
     def preprocess(self, frames: torch.Tensor) -> torch.Tensor:
         return resize_with_pad(frames, self.model.cfg.image_size)  # [-1, 1]: TF-Lite's input scaling
-
-    def blank_image(self, b: int, device) -> torch.Tensor:
-        s = self.model.cfg.image_size
-        return torch.full((b, 3, s, s), -1.0, device=device)

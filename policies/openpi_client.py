@@ -33,12 +33,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 import numpy as np
 
 from rlinf_user.policies.base import EpisodeInterrupted, PolicyUnavailable
 
 log = logging.getLogger(__name__)
+
+
+def _unpack_error() -> type[Exception]:
+    import msgpack  # imported where used: composing a config imports every policy's module
+
+    return msgpack.UnpackException
 
 
 def _pack_default(obj: Any) -> Any:
@@ -60,10 +65,14 @@ def _unpack_hook(obj: dict) -> Any:
 
 
 def packb(obj: Any) -> bytes:
+    import msgpack
+
     return msgpack.packb(obj, default=_pack_default)
 
 
 def unpackb(data: bytes) -> Any:
+    import msgpack
+
     return msgpack.unpackb(data, object_hook=_unpack_hook)
 
 
@@ -154,7 +163,7 @@ class OpenpiClient:
             raise OpenpiServerError(f"{self.uri} sent text instead of its metadata: {_last_line(first)[:200]}", first)
         try:
             metadata = unpackb(first)
-        except (ValueError, TypeError, msgpack.UnpackException) as err:
+        except (ValueError, TypeError, _unpack_error()) as err:
             stack.close()
             raise OpenpiServerError(f"{self.uri}'s first frame is not msgpack metadata ({err})") from err
         self._stack.close()
@@ -180,7 +189,7 @@ class OpenpiClient:
             raise OpenpiServerError(f"the openpi server at {self.uri} failed: {_last_line(reply)}", reply)
         try:
             answer = unpackb(reply)
-        except (ValueError, TypeError, msgpack.UnpackException) as err:
+        except (ValueError, TypeError, _unpack_error()) as err:
             raise OpenpiServerError(f"the openpi server at {self.uri} answered something that is not msgpack ({err})") from err
         if not isinstance(answer, dict):
             raise OpenpiServerError(f"the openpi server at {self.uri} answered a {type(answer).__name__}, not an action dict")

@@ -94,6 +94,3 @@ class Pi0Policy(FlowVLAPolicy):
 
     def preprocess(self, frames: torch.Tensor) -> torch.Tensor:
         return resize_with_pad(frames, self.image_size)
-
-    def blank_image(self, b: int, device) -> torch.Tensor:
-        return torch.full((b, 3, self.image_size, self.image_size), -1.0, device=device)

@@ -191,7 +191,7 @@ class Pi0Model(JointFlowModel):
         pw = self.paligemma_with_expert
         embs, pads = [], []
         for img, m in zip(images, image_masks):
-            if not m.any():  # a slot no row has a camera for: its tokens would all be masked
+            if m is None:  # a slot the env has no camera for (its tokens would all be masked)
                 continue
             e = pw.embed_image(img)
             embs.append(e)

@@ -57,7 +57,10 @@ def test_images_keep_their_aspect_and_missing_cameras_are_masked():
     assert torch.all(x[:, :, 8:24] > 0.99) and torch.all(x[:, :, :8] == -1) and torch.all(x[:, :, 24:] == -1)
     p = policy("policy.cameras=[wrist]")
     images, masks, *_ = p.model_inputs(obs())
-    assert [m.tolist() for m in masks] == [[True, True], [False, False]] and images[1].eq(-1).all()
+    assert masks[0].tolist() == [True, True] and masks[1] is None and images[1] is None
+    # the missing camera's slot is left out of the prefix: one camera's tokens, then the instruction's
+    emb, pad = p.model.embed_prefix(images, masks, *p.model_inputs(obs())[2:4])
+    assert emb.shape[1] == p.model.embed_prefix(images[:1], masks[:1], *p.model_inputs(obs())[2:4])[0].shape[1]
     with pytest.raises(ValueError, match=r"policy.cameras=\['side'\]"):
         policy("policy.cameras=[side]")
 
