@@ -12,6 +12,9 @@ target). Encoders:
 * the same with ``policy.frame_features``: the batch holds the maps, the backbone never runs;
 * ``efficientnet`` / ``resnet10`` fine-tuned: the backbone trains with the rest.
 
+``--update-graph`` adds each chosen case again with its whole update captured in a CUDA
+graph (``algo.update_graph=on``, :mod:`rlinf_user.algorithms.update_graph`), side by side.
+
 ResNet-10 uses random weights in the Hub file's layout (no weights ship in a wheel; the
 speed does not depend on the values). Reports per-update median and p99 latency and the
 median updates/s over ``--repeats`` timed blocks, each update's batch sampled and copied
@@ -134,6 +137,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--size", type=int, default=128)
     ap.add_argument("--cases", default="all")
+    ap.add_argument("--update-graph", action="store_true",
+                    help="also each chosen case with its whole update captured in a CUDA graph (algo.update_graph=on)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.backends.cudnn.benchmark = True
@@ -153,6 +158,10 @@ def main() -> None:
                      "resnet10_finetuned"):  # fmt: skip
             cases[f"{name}_bf16"] = [*cases[name], "policy.image_autocast=true"]
         chosen = list(cases) if args.cases == "all" else args.cases.split(",")
+        if args.update_graph:  # side by side: each case eager, then captured
+            for name in list(chosen):
+                cases[f"{name}_graph"] = [*cases[name], "algo.update_graph=on"]
+                chosen.insert(chosen.index(name) + 1, f"{name}_graph")
         rows = []
         for name in chosen:
             try:

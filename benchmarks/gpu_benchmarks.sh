@@ -42,7 +42,8 @@ if [ "$DEV" = cuda ]; then
   SMI=$!
 fi
 DT=bfloat16
-[ "$DEV" = cpu ] && DT=float32
+GRAPH=--update-graph
+[ "$DEV" = cpu ] && DT=float32 && GRAPH=""  # a captured update needs a GPU
 echo "== VLA chunk latency: eager and CUDA graph, ${CHUNK[*]}"
 timeout 60 $PY benchmarks/bench_vla.py --sizes "${CHUNK[@]}" --batches 1 8 32 --repeats $R --uncached-batches --graph \
   --device $DEV --dtype $DT --out "$RESULTS/vla_chunk_graph_small.json"
@@ -56,6 +57,6 @@ echo "== VLA learners: ${LEARN[*]}"
 timeout 60 $PY benchmarks/bench_vla_learner.py --models "${LEARN[@]}" --finetune expert lora --batches "${LB[@]}" --repeats 3 --autocast \
   --device $DEV "${LMARGS[@]}" --out "$RESULTS/vla_learner_small.json"
 echo "== image-SAC learner"
-timeout 60 $PY benchmarks/bench_image_learner.py --device $DEV "${IMG[@]}" --out "$RESULTS/image_learner_gpu_run.json"
+timeout 90 $PY benchmarks/bench_image_learner.py --device $DEV "${IMG[@]}" $GRAPH --out "$RESULTS/image_learner_gpu_run.json"
 [ -n "${SMI:-}" ] && kill "$SMI" 2>/dev/null
 echo "== done"

@@ -65,13 +65,22 @@ def pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([x, x[:1].expand(rows - n, *x.shape[1:])], dim=0)
 
 
-class _Captured:
-    """One shape's graph: static inputs, static outputs, and how to refill and replay."""
+class Captured:
+    """One shape's graph: static inputs, static outputs, and how to refill and replay.
 
-    def __init__(self, fn: Callable, inputs: Sequence[torch.Tensor], backend: str, pool):
+    ``state``: tensors ``fn`` changes in place (a training step's weights and optimiser
+    state). The capture's warm-up runs ``fn`` for real, so they are saved before it and put
+    back after, in place: a captured step then changes them once per replay, as the eager
+    step would (with the rerun backend the random-number state is put back too, so a replay
+    draws what the eager step would have drawn)."""
+
+    def __init__(self, fn: Callable, inputs: Sequence[torch.Tensor], backend: str, pool,
+                 state: Callable[[], list[torch.Tensor]] | None = None):  # fmt: skip
         self.fn = fn
         self.inputs = [x.clone() for x in inputs]
         self.graph = None
+        saved = [(t, t.detach().clone()) for t in state()] if state is not None else []
+        rng = torch.random.get_rng_state() if backend != "cuda" else None
         if backend == "cuda":
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -79,17 +88,22 @@ class _Captured:
                 for _ in range(2):
                     fn(*self.inputs)
             torch.cuda.current_stream().wait_stream(side)
+            _restore(saved)
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph, pool=pool):
                 self.outputs = list(fn(*self.inputs))
         else:
-            self.outputs = [o.clone() for o in fn(*self.inputs)]
+            self.outputs = [o.detach().clone() for o in fn(*self.inputs)]
+            _restore(saved)
+            torch.random.set_rng_state(rng)
 
     @property
     def pool(self):
         return None if self.graph is None else self.graph.pool()
 
-    def replay(self, inputs: Sequence[torch.Tensor], rows: int) -> list[torch.Tensor]:
+    def replay(self, inputs: Sequence[torch.Tensor], rows: int | None = None) -> list[torch.Tensor]:
+        """The outputs for ``inputs`` (cut to ``rows`` where the batch was padded), copied
+        out of the static buffers the next replay overwrites."""
         for static, x in zip(self.inputs, inputs):
             static.copy_(x)
         if self.graph is not None:
@@ -97,7 +111,13 @@ class _Captured:
         else:
             for static, o in zip(self.outputs, self.fn(*self.inputs)):
                 static.copy_(o)
-        return [o[:rows].clone() for o in self.outputs]  # the next replay overwrites the buffers
+        return [o.clone() if rows is None else o[:rows].clone() for o in self.outputs]
+
+
+def _restore(saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    with torch.no_grad():
+        for t, copy in saved:
+            t.copy_(copy)
 
 
 class ChunkGraphs:
@@ -109,7 +129,7 @@ class ChunkGraphs:
         if backend == "cuda" and not torch.cuda.is_available():
             raise ValueError("policy.cuda_graph: CUDA graphs need a CUDA device, and this machine has none")
         self.max_batch, self.max_graphs, self.backend = int(max_batch), int(max_graphs), backend
-        self.graphs: dict[tuple, _Captured] = {}
+        self.graphs: dict[tuple, Captured] = {}
         self.disabled: str | None = None  # why every chunk runs eagerly from now on
         self.fingerprint: tuple[int, ...] | None = None
         self.captures = 0  # graphs captured, re-captures included
@@ -152,7 +172,7 @@ class ChunkGraphs:
                 self.fallbacks += 1
                 return None
             try:
-                graph = _Captured(fn, padded, self.backend, self._pool)
+                graph = Captured(fn, padded, self.backend, self._pool)
             except torch.OutOfMemoryError:
                 raise  # the caller's to answer (the rollout server halves its batch)
             except Exception as err:  # noqa: BLE001 - an op a graph cannot hold: eager from now on
@@ -172,3 +192,12 @@ class ChunkGraphs:
 def storage_fingerprint(module: torch.nn.Module) -> tuple[int, ...]:
     """Where every parameter and buffer of ``module`` lives (a graph reads those addresses)."""
     return tuple(t.data_ptr() for t in module.parameters()) + tuple(t.data_ptr() for t in module.buffers())
+
+
+def refuse_unusable_graphs(policy, device: torch.device) -> None:
+    """Where a policy will act on ``device``: ``policy.cuda_graph=on`` off a GPU is refused
+    now, by name, rather than at the first chunk."""
+    chunk_graphs = getattr(policy, "chunk_graphs", None)
+    if chunk_graphs is not None:
+        with torch.no_grad():
+            chunk_graphs(torch.device(device))

@@ -62,13 +62,13 @@ class BatchRenorm(nn.Module):
             mean = x.mean(dim=-2, keepdim=True)
             var = x.var(dim=-2, keepdim=True, unbiased=False)
             std = (var + self.eps).sqrt()
-            if int(self.steps) >= self.warmup:
-                running_std = (self.running_var + self.eps).sqrt()
-                r = (std.detach() / running_std).clamp(1 / self.r_max, self.r_max)
-                d = ((mean.detach() - self.running_mean) / running_std).clamp(-self.d_max, self.d_max)
-                xhat = (x - mean) / std * r + d
-            else:
-                xhat = (x - mean) / std
+            # renormalised past the warm-up, plain batch norm before it: r = 1, d = 0 (chosen
+            # on the device, so a captured update reads nothing back to the host)
+            running_std = (self.running_var + self.eps).sqrt()
+            renorm = self.steps >= self.warmup
+            r = torch.where(renorm, (std.detach() / running_std).clamp(1 / self.r_max, self.r_max), 1.0)
+            d = torch.where(renorm, ((mean.detach() - self.running_mean) / running_std).clamp(-self.d_max, self.d_max), 0.0)
+            xhat = (x - mean) / std * r + d
             with torch.no_grad():
                 self.running_mean.lerp_(mean, self.momentum)
                 self.running_var.lerp_(var, self.momentum)

@@ -26,8 +26,9 @@ def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
     # grid[..., 0] is x (along the width), grid[..., 1] is y: each axis its own length, so a
     # frame that is not square keeps its shape
     base = torch.stack([coords(w).expand(h, w), coords(h).unsqueeze(1).expand(h, w)], dim=-1).unsqueeze(0)
-    step = torch.tensor([2.0 / (w + 2 * pad), 2.0 / (h + 2 * pad)], device=x.device)
-    shift = torch.randint(0, 2 * pad + 1, (b, 1, 1, 2), device=x.device).float() * step
+    # pixels to grid units per axis, as scalars: no host-to-device copy (a captured update holds none)
+    shift = torch.randint(0, 2 * pad + 1, (b, 1, 1, 2), device=x.device).float()
+    shift = torch.cat([shift[..., :1] * (2.0 / (w + 2 * pad)), shift[..., 1:] * (2.0 / (h + 2 * pad))], dim=-1)
     out = F.grid_sample(x, base + shift, padding_mode="zeros", align_corners=False)
     out = out.permute(0, 2, 3, 1)
     return out.round().clamp(0, 255).to(images.dtype) if images.dtype == torch.uint8 else out

@@ -105,6 +105,7 @@ class DSRLConfig(SACConfig):
 
 
 class DSRL(SAC):
+    capturable_update = False  # its critic loss reads its metrics back to the host
     config = DSRLConfig
     tuning_family = None  # its own algo_tuning.dsrl block, not SAC's (learning_starts, ...)
     resumes_from = ()

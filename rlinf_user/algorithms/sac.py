@@ -38,6 +38,13 @@ from rlinf_user.policies.actor_critic import CriticEnsemble
 log = logging.getLogger(__name__)
 
 
+def metric_floats(metrics: dict[str, Any]) -> dict[str, float]:
+    """An update's metrics as floats: the tensors among them read back together."""
+    keys = [k for k, v in metrics.items() if isinstance(v, torch.Tensor)]
+    values = torch.stack([metrics[k].detach().float().reshape(()) for k in keys]).tolist() if keys else []
+    return {**{k: float(v) for k, v in metrics.items()}, **dict(zip(keys, values))}
+
+
 def steady_overrides(algo_cfg) -> tuple[tuple[str, int], ...]:
     """The critic warm-up skipped (its updates leave the actor idle: half the cost of the
     pick's later ones, and a profile timing them predicted twice the updates/s of a run)."""
@@ -53,6 +60,7 @@ class SAC(Algorithm):
     # the column the critics score and the actor samples: the env's action, or (DSRL) the
     # noise a steered flow policy acted from
     action_key: ClassVar[str] = Col.ACTION
+    capturable_update: ClassVar[bool] = True  # update_on_device reads nothing back to the host
 
     @staticmethod
     def actor_width(policy, spec: EnvSpec) -> int:
@@ -153,6 +161,12 @@ class SAC(Algorithm):
             if m is not None:
                 m.to(self.device)
         self.log_alpha.data = self.log_alpha.data.to(self.device)
+        from rlinf_user.algorithms.update_graph import UpdateGraphs
+
+        self.update_graphs = UpdateGraphs.for_algorithm(self, getattr(algo_cfg, "update_graph", "off"), self.device)
+
+    def optimizers(self) -> tuple[torch.optim.Optimizer, ...]:
+        return (self.critic_opt, self.actor_opt, self.alpha_opt)
 
     def after_warm_start(self) -> None:
         self.sync_encoders()
@@ -232,7 +246,7 @@ class SAC(Algorithm):
                 target = reward + discount * (self._target_min(next_q) - backup * alpha * next_logp)
             q = self.critic(feats, batch[self.action_key])
         loss = F.mse_loss(q, target.unsqueeze(0).expand_as(q)) * q.shape[0]
-        return loss, {"critic_loss": loss.item() / q.shape[0], "q_mean": q.mean().item()}
+        return loss, {"critic_loss": loss.detach() / q.shape[0], "q_mean": q.detach().mean()}
 
     def _actor_loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict]:
         if self.shared_encoder:
@@ -248,15 +262,17 @@ class SAC(Algorithm):
         q = self.critic(feats, action).mean(dim=0)
         if self.crossq:
             self.critic.train()
-        metrics = {"entropy": -logp.mean().item()}
+        metrics = {"entropy": -logp.detach().mean()}
         demo = batch.get(Col.FROM_DEMOS)
         if getattr(self.cfg, "actor_loss", "reparam") == "awac":
             return self._awac_loss(batch, feats, actor_feats, action, logp, demo, metrics)
-        if self._has_demo_rows(demo):
+        if self._bc_applies(demo):
             # TD3+BC (Fujimoto & Gu 2021): the Q term over its batch mean magnitude, so the
             # BC term's weight means the same as the critic grows. Not below 1: Q-values
-            # near 0 (a sparse reward, early on) would otherwise amplify the critic's noise
-            q = q / q.abs().mean().detach().clamp_min(1.0)
+            # near 0 (a sparse reward, early on) would otherwise amplify the critic's noise.
+            # Both only where the batch has demo rows: decided on the device, not the host
+            any_demo = (demo > 0).any()
+            q = torch.where(any_demo, q / q.abs().mean().detach().clamp_min(1.0), q)
             bc = self._bc_term(action, batch, demo, metrics)
             actor_loss = (self.alpha.detach() * logp - q).mean() + self.cfg.bc_weight * bc
         else:
@@ -264,15 +280,17 @@ class SAC(Algorithm):
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         return actor_loss, alpha_loss, metrics
 
-    def _has_demo_rows(self, demo) -> bool:
-        return self.cfg.bc_weight > 0 and demo is not None and bool((demo > 0).any())
+    def _bc_applies(self, demo) -> bool:
+        return self.cfg.bc_weight > 0 and demo is not None
 
     @staticmethod
     def _bc_term(action, batch, demo, metrics) -> torch.Tensor:
-        """Squared distance of the sampled action to the demonstrated one, on demo rows."""
-        rows = demo > 0
-        bc = (action[rows] - batch[Col.ACTION][rows]).square().sum(-1).mean()
-        metrics["bc_loss"] = bc.item()
+        """Squared distance of the sampled action to the demonstrated one, averaged over the
+        demo rows (0 without any): a masked mean, so nothing is read back to the host."""
+        rows = (demo > 0).to(action.dtype)
+        dist = (action - batch[Col.ACTION]).square().sum(-1)
+        bc = (dist * rows).sum() / rows.sum().clamp_min(1.0)
+        metrics["bc_loss"] = bc.detach()
         return bc
 
     def _awac_loss(self, batch, feats, actor_feats, action, logp, demo, metrics) -> tuple[torch.Tensor, torch.Tensor, dict]:
@@ -290,14 +308,41 @@ class SAC(Algorithm):
         fit = self.policy.fit_features(actor_feats, batch[self.action_key],
                                        min_std=None if min_std is None else float(min_std), std_head_only=True)  # fmt: skip
         actor_loss = (w * fit).mean() + (self.alpha.detach() * logp).mean()
-        if self._has_demo_rows(demo):
+        if self._bc_applies(demo):
             actor_loss = actor_loss + self.cfg.bc_weight * self._bc_term(action, batch, demo, metrics)
-        metrics.update(awac_weight_max=w.max().item(), advantage_std=adv.std().item())
+        metrics.update(awac_weight_max=w.max(), advantage_std=adv.std())
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         return actor_loss, alpha_loss, metrics
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One critic update (and an actor/temperature update every ``actor_update_every``)."""
+        actor = self.next_phase()
+        metrics = None if self.update_graphs is None else self.update_graphs.run(batch, actor)
+        if metrics is None:
+            metrics = self.update_on_device(batch, actor)
+        self.after_update(actor)
+        if actor:
+            metrics["alpha"] = self.alpha.detach()  # as the next update will use it (a schedule moved it)
+        return metric_floats(metrics)
+
+    def next_phase(self) -> bool:
+        """The host's part before an update: count it, and say whether the actor (and the
+        temperature) update too; the actor's rate follows its schedule."""
+        self.num_updates += 1
+        warm = self.num_updates <= int(self.cfg.critic_warmup_updates)  # the critic learns the policy's worth first
+        actor = not warm and self.num_updates % self.cfg.actor_update_every == 0
+        if actor and self.cfg.final_actor_lr is not None:
+            self._schedule_actor_lr()
+        return actor
+
+    def after_update(self, actor: bool) -> None:
+        """The host's part after an update: the scheduled temperature for the next one."""
+        if actor and not self.cfg.autotune_temperature and self.cfg.final_temperature is not None:
+            self._schedule_temperature()
+
+    def update_on_device(self, batch: dict[str, Any], actor: bool) -> dict[str, Any]:
+        """The update's work on the device, its metrics as tensors: nothing in it reads a
+        value back to the host, so it can be captured whole (``algo.update_graph``)."""
         obs = augment_obs(batch[Col.OBS], self.cfg.drq_pad, self.augmented)
         next_obs = augment_obs(batch[Col.NEXT_OBS], self.cfg.drq_pad, self.augmented)
         with_maps = getattr(self.policy.encoder, "with_maps", None)
@@ -310,12 +355,8 @@ class SAC(Algorithm):
         if self.cfg.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.grad_clip)
         self.critic_opt.step()
-        self.num_updates += 1
-        warm = self.num_updates <= int(self.cfg.critic_warmup_updates)  # the critic learns the policy's worth first
-        if not warm and self.num_updates % self.cfg.actor_update_every == 0:
+        if actor:
             actor_loss, alpha_loss, m = self._actor_loss(batch)
-            if self.cfg.final_actor_lr is not None:
-                self._schedule_actor_lr()
             self.actor_opt.zero_grad(set_to_none=True)
             self.backward(actor_loss, self.actor_opt)
             self.actor_opt.step()
@@ -323,11 +364,9 @@ class SAC(Algorithm):
                 self.alpha_opt.zero_grad(set_to_none=True)
                 self.backward(alpha_loss, self.alpha_opt)
                 self.alpha_opt.step()
-            elif self.cfg.final_temperature is not None:
-                self._schedule_temperature()
             if self.policy_avg is not None:
                 self._average_policy()
-            metrics.update(m, actor_loss=actor_loss.item(), alpha=self.alpha.item())
+            metrics.update(m, actor_loss=actor_loss.detach(), alpha=self.alpha.detach())
         if self.target_critic is not None:
             self._polyak()
         return metrics
@@ -344,8 +383,12 @@ class SAC(Algorithm):
         self.log_alpha.fill_(math.log(self._after_warm_up(c.init_temperature, c.final_temperature, c.temperature_decay_updates)))
 
     def _schedule_actor_lr(self) -> None:
+        lr = self._after_warm_up(self.cfg.actor_lr, self.cfg.final_actor_lr, self.cfg.actor_lr_decay_updates)
         for group in self.actor_opt.param_groups:
-            group["lr"] = self._after_warm_up(self.cfg.actor_lr, self.cfg.final_actor_lr, self.cfg.actor_lr_decay_updates)
+            if isinstance(group["lr"], torch.Tensor):  # a captured update reads its rate from the device
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
 
     @torch.no_grad()
     def _polyak(self) -> None:

@@ -85,6 +85,9 @@ class SACConfig:
     # on the randomised pick it learned worse than the actor itself (docs/results.md)
     policy_ema: float = 0.0
     drq_pad: int = 4  # DrQ random-shift padding for image observations (0: off)
+    # the whole update captured in a CUDA graph, replayed per batch (rlinf_user/algorithms/
+    # update_graph.py): auto = on a CUDA learner; on = refused off a GPU; off = eager
+    update_graph: str = "off"
     grad_clip: float = 0.0
     reward_scale: float = 1.0
 

@@ -153,3 +153,31 @@ def test_fused_attention_is_the_eager_attention():
                                rtol=1e-5, atol=1e-5)  # fmt: skip
     sample = ref.act(o).extras["sample"]
     torch.testing.assert_close(fused.log_prob(o, sample)[0], ref.log_prob(o, sample)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_worker_or_rollout_server_off_a_gpu_refuses_cuda_graph_on_when_it_starts():
+    from rlinf_user.policies.chunk_graph import refuse_unusable_graphs
+
+    with pytest.raises(ValueError, match="policy.cuda_graph=on: CUDA graphs need a CUDA device"):
+        refuse_unusable_graphs(policy("policy.cuda_graph=on"), torch.device("cpu"))
+    refuse_unusable_graphs(policy(), torch.device("cpu"))  # auto: eager there, nothing to refuse
+    refuse_unusable_graphs(object(), torch.device("cpu"))  # a policy without chunk graphs
+
+
+@pytest.mark.parametrize("cameras", [["front", "wrist"], ["wrist"]])
+def test_a_chunk_reads_nothing_back_to_the_host(cameras):
+    """What a CUDA graph cannot hold, caught on a CPU: the chunk's functions run on meta
+    tensors (shapes, no data), where any read of a value on the host (``.item()``, a tensor
+    in an ``if``, ``torch.distributions``' argument checks) raises. A model image slot the
+    env has no camera for (``[wrist]``) was one such read."""
+    p = policy(f"policy.cameras=[{','.join(cameras)}]")
+    raw = p.raw_inputs(obs(2))  # the host's part: tokenising the instruction
+    p = p.to("meta")
+    meta = [x.to("meta") for x in raw]
+    cfg = p.model.cfg
+    with torch.no_grad():
+        (actions,) = p._flow_chunk(meta[0], torch.zeros(2, cfg.horizon, cfg.action_dim, device="meta"), *meta[1:])
+        chain = p._chain_chunk(*meta)
+    assert actions.shape == (2, 4, 7) and [tuple(x.shape) for x in chain] == [(2, 4, 7), (2, 4, 4, 32), (2, 28), (2,)]
+    with pytest.raises(RuntimeError, match="meta"):  # the check itself: a host read does raise here
+        bool(meta[0].sum() > 0)

@@ -52,11 +52,15 @@ class Actor:
         """This worker's own copy of the policy, subscribed to the published weights."""
         if self.policy is None:
             from rlinf_user.netem import LinkSpec
+            import torch
+
             from rlinf_user.policies.base import build_policy
+            from rlinf_user.policies.chunk_graph import refuse_unusable_graphs
             from rlinf_user.runtime.weights.store import WeightSubscriber
 
             self.policy = build_policy(self.cfg.policy, self.spec)
             self.policy.eval()
+            refuse_unusable_graphs(self.policy, torch.device("cpu"))  # an env worker acts on its CPU
             if self.weight_store is not None:
                 lag = self.cfg.placement.get("max_policy_lag")
                 link = LinkSpec.from_config(self.cfg.placement.get("weight_link"))

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from rlinf_user.env.spec import Col, batch_size, concat_obs, index_obs_torch, obs_to_torch
+from rlinf_user.policies.chunk_graph import refuse_unusable_graphs
 from rlinf_user.runtime.learning.learner import as_spec, resolve_device
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class RolloutServer:
         self.spec = spec = as_spec(spec)
         self.policy = build_policy(cfg.policy, spec).to(self.device)
         self.policy.eval()
+        refuse_unusable_graphs(self.policy, self.device)
         self.weights = None
         if weight_store is not None:
             lag = cfg.placement.get("max_policy_lag")
