@@ -260,12 +260,13 @@ class FlowVLAPolicy(Policy):
         """The deterministic flow (no Flow-Noise steps) from the given initial noise: the env's
         dims (``noise_shape``), or the model's full width. ``prefix``: this batch's
         :meth:`prefix`, where the caller has it already (:meth:`embed` took it)."""
-        cache, pad, state = prefix if prefix is not None else self.prefix(obs)
         width = int(self.model.cfg.action_dim)
         if noise.shape[-1] != width:
-            full = noise.new_zeros(*noise.shape[:-1], width)
-            full[..., : noise.shape[-1]] = noise
-            noise = full
+            noise = F.pad(noise, (0, width - noise.shape[-1]))
+        if prefix is None:  # the whole chunk, replayed from a graph where one serves
+            raw = self.raw_inputs(obs)
+            return self._chunk("flow", self._flow_chunk, [raw[0], noise.to(raw[0].dtype), *raw[1:]])[0]
+        cache, pad, state = prefix
         return self.env_actions(self.model.denoise(cache, pad, state, noise.to(state.dtype))[-1])
 
     @property
@@ -278,8 +279,15 @@ class FlowVLAPolicy(Policy):
         """What the frozen model makes of an observation (B, width): the expert's output at the
         state token, after the images, the instruction and the state (the value head's input).
         ``algo=dsrl``'s noise actor reads it (``algo.noise_encoder.encoder=base``)."""
-        cache, pad, state = prefix if prefix is not None else self.prefix(obs)
+        if prefix is None:  # replayed from a graph where one serves
+            return self._chunk("embed", self._embed_chunk, self.raw_inputs(obs))[0]
+        cache, pad, state = prefix
         return self.model.state_features(cache, pad, state).float()
+
+    def _embed_chunk(self, state, tokens, token_mask, *frames) -> tuple[torch.Tensor]:
+        images, masks, tokens, token_mask, s = self.device_inputs(state, tokens, token_mask, *frames)
+        cache, pad = self.model.prefix(images, masks, tokens, token_mask)
+        return (self.model.state_features(cache, pad, s).float(),)
 
     # -- training -------------------------------------------------------------------------
     def log_prob(self, obs: dict[str, Any], sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

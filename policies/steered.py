@@ -166,7 +166,11 @@ class SteeredPolicy(Policy):
         prefix, extras = None, {}
         if self.reads_embedding:  # one pass of the VLM serves the embedding and the denoising
             if Col.EMBEDDING not in obs:
-                prefix = self.base.prefix(obs)
+                # eager: one prefix pass for both; where the base replays captured chunks
+                # (a GPU), the embedding and the flow are two replays of their own
+                graphs = getattr(self.base, "chunk_graphs", None)
+                replayed = graphs is not None and graphs(obs[Col.STATE].device) is not None
+                prefix = None if replayed else self.base.prefix(obs)
                 obs = {**obs, Col.EMBEDDING: self.base.embed(obs, prefix)}
             extras[EMBEDDING_COLUMN] = obs[Col.EMBEDDING]  # the row's obs/embedding
         feats = self.encoder(obs)

@@ -181,3 +181,17 @@ def test_a_chunk_reads_nothing_back_to_the_host(cameras):
     assert actions.shape == (2, 4, 7) and [tuple(x.shape) for x in chain] == [(2, 4, 7), (2, 4, 4, 32), (2, 28), (2,)]
     with pytest.raises(RuntimeError, match="meta"):  # the check itself: a host read does raise here
         bool(meta[0].sum() > 0)
+
+
+def test_dsrl_s_embedding_and_flow_from_its_noise_replay_as_their_eager_passes():
+    """``algo=dsrl`` on a GPU: the frozen base's embedding and its flow from the chosen noise
+    (the env's dims, the rest zero) are replays of their own, equal to the eager passes
+    over one shared prefix."""
+    eager, graphs = policy(), ChunkGraphs(backend="rerun")
+    fast = policy(graphs=graphs)
+    o = obs(3)
+    noise = torch.randn(3, *fast.noise_shape)
+    prefix = eager.prefix(o)
+    torch.testing.assert_close(fast.embed(o), eager.embed(o, prefix))
+    torch.testing.assert_close(fast.act_from_noise(o, noise), eager.act_from_noise(o, noise, prefix=prefix))
+    assert {k[0] for k in graphs.graphs} == {"embed", "flow"} and graphs.fallbacks == 0

@@ -47,8 +47,8 @@ def test_one_vlm_pass_gives_the_embedding_and_the_actions(pi0_reach):
     assert steered.reads_embedding
     obs = obs_to_torch(stack_obs(observations[:4]))
     calls = []
-    prefix = steered.base.prefix
-    steered.base.prefix = lambda o: calls.append(1) or prefix(o)
+    prefix = steered.base.model.prefix  # the VLM's pass, however the policy reaches it
+    steered.base.model.prefix = lambda *a: calls.append(1) or prefix(*a)
     out = steered.act(obs)
     assert len(calls) == 1  # the embedding and the denoising shared one pass of the VLM
     torch.testing.assert_close(out.extras[EMB], base.embed(obs))
