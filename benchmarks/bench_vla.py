@@ -190,7 +190,7 @@ def main() -> None:
                 from rlinf_user.policies.chunk_graph import ChunkGraphs
 
                 graphs = ChunkGraphs(backend="rerun")
-                policy.chunk_graphs = lambda device, g=graphs: None if policy.cuda_graph == "off" else g
+                policy.chunk_graphs = lambda device, g=graphs, p=policy: None if p.cuda_graph == "off" else g
                 policy._graphs = graphs
             for b in args.batches:
                 checks = graph_checks(policy, b, args.device)

@@ -142,7 +142,6 @@ def case(model: str, finetune: str, kind: str, b: int, args, autocast: bool) -> 
            "repeats": args.repeats, "first_update_s": round(warm, 2)}  # fmt: skip
     if device.startswith("cuda"):
         row["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-    del algo, policy
     return row
 
 

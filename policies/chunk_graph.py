@@ -176,6 +176,8 @@ class ChunkGraphs:
             except torch.OutOfMemoryError:
                 raise  # the caller's to answer (the rollout server halves its batch)
             except Exception as err:  # noqa: BLE001 - an op a graph cannot hold: eager from now on
+                if "out of memory" in str(err).lower():  # an OOM the capture's exit reported as its own error
+                    raise torch.OutOfMemoryError(f"capturing the {kind} chunk: {err}") from err
                 self.disabled = f"{type(err).__name__}: {err}"
                 log.warning("cuda_graph: capturing the %s chunk failed (%s); this policy acts eagerly from now on",
                             kind, self.disabled, exc_info=log.isEnabledFor(logging.DEBUG))  # fmt: skip

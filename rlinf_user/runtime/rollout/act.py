@@ -51,9 +51,9 @@ class Actor:
     def local_policy(self):
         """This worker's own copy of the policy, subscribed to the published weights."""
         if self.policy is None:
-            from rlinf_user.netem import LinkSpec
             import torch
 
+            from rlinf_user.netem import LinkSpec
             from rlinf_user.policies.base import build_policy
             from rlinf_user.policies.chunk_graph import refuse_unusable_graphs
             from rlinf_user.runtime.weights.store import WeightSubscriber
