@@ -125,6 +125,10 @@ def bench(name: str, overrides: list[str], device: str, rows: int, updates: int,
         "repeats": repeats,
         "updates_per_repeat": updates,
     }
+    graphs = getattr(algo, "update_graphs", None)
+    if graphs is not None:  # did the captured update run, or fall back to eager (and why)
+        row.update(update_graph_captures=graphs.captures, update_graph_replays=graphs.replays,
+                   update_graph_disabled=graphs.disabled)  # fmt: skip
     print(json.dumps(row), flush=True)
     return row
 

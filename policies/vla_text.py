@@ -87,4 +87,6 @@ class PromptTokenizer:
         for i, x in enumerate(ids):
             tokens[i, : len(x)] = torch.tensor(x)
             mask[i, : len(x)] = True
+        if torch.device(device).type == "cuda":  # pinned and asynchronous: acting does not wait on the host copy
+            return tokens.pin_memory().to(device, non_blocking=True), mask.pin_memory().to(device, non_blocking=True)
         return tokens.to(device), mask.to(device)
