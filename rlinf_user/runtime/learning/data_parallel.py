@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import socket
 from typing import Any
 
 import numpy as np
@@ -38,28 +37,39 @@ log = logging.getLogger(__name__)
 GROUP_TIMEOUT_S = 120.0  # a replica that stops answering fails the update instead of hanging it
 
 
-def free_address() -> str:
-    """``tcp://<this node's address>:<a free port>`` for the group's rendezvous."""
+def open_rendezvous(world: int):
+    """The lead's rendezvous store, listening on a port the OS gives it as it binds (a port
+    chosen first and bound later can be taken in between: EADDRINUSE under a busy test
+    suite), and ``tcp://<this node's address>:<that port>`` for the replicas."""
+    import torch.distributed as dist
+
     try:
         import ray
 
         host = ray.util.get_node_ip_address()
     except Exception:  # noqa: BLE001 - outside Ray: this machine only
         host = "127.0.0.1"
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return f"tcp://{host}:{s.getsockname()[1]}"
+    store = dist.TCPStore(host, 0, world, is_master=True, timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S),
+                          wait_for_workers=False)  # fmt: skip
+    return store, f"tcp://{host}:{store.port}"
 
 
-def join_group(algo: Algorithm, address: str, rank: int, world: int) -> None:
-    """Join the process group (the call returns once all ``world`` members have joined)."""
+def join_group(algo: Algorithm, address: str, rank: int, world: int, store=None) -> None:
+    """Join the process group (the call returns once all ``world`` members have joined);
+    the lead passes the ``store`` it opened, the replicas its ``address``."""
     import torch.distributed as dist
 
     backend = "nccl" if algo.device.type == "cuda" else "gloo"
     if dist.is_initialized():
         dist.destroy_process_group()
-    dist.init_process_group(backend, init_method=address, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))  # fmt: skip
+    timeout = datetime.timedelta(seconds=GROUP_TIMEOUT_S)
+    if store is None and address.startswith("tcp://"):  # a replica: a client of the lead's store
+        host, port = address[len("tcp://") :].rsplit(":", 1)
+        store = dist.TCPStore(host, int(port), world, is_master=False, timeout=timeout)
+    if store is not None:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    else:  # file:// and env:// rendezvous
+        dist.init_process_group(backend, init_method=address, rank=rank, world_size=world, timeout=timeout)
     algo.grad_world = world
 
 
@@ -144,10 +154,10 @@ class DataParallel:
         self.world, self.algo = int(world), algo
         cls = ray.remote(LearnerReplica)
         self.replicas = [cls.options(**actor_options).remote(cfg, spec.to_dict(), r) for r in range(1, self.world)]
-        address = free_address()
+        self.store, address = open_rendezvous(self.world)
         state = algo.checkpoint_state()
         joins = [r.join.remote(address, self.world, state) for r in self.replicas]
-        join_group(algo, address, 0, self.world)
+        join_group(algo, address, 0, self.world, store=self.store)
         self.pids = ray.get(joins)
         log.info("data-parallel learner: %d replicas (%s) joined at %s", self.world, self._backend(), address)
 
