@@ -210,20 +210,24 @@ class FlowVLAPolicy(Policy):
     def _flow_chunk(self, state, noise, tokens, token_mask, *frames) -> tuple[torch.Tensor]:
         """One deterministic chunk from raw inputs and the initial noise (all tensors: what
         a CUDA graph captures)."""
-        images, masks, tokens, token_mask, s = self.device_inputs(state, tokens, token_mask, *frames)
-        cache, pad = self.model.prefix(images, masks, tokens, token_mask)
+        cache, pad, s = self._raw_prefix(state, tokens, token_mask, *frames)
         return (self.env_actions(self.model.denoise(cache, pad, s, noise)[-1]),)
 
     def _chain_chunk(self, state, tokens, token_mask, *frames) -> tuple[torch.Tensor, ...]:
         """One Flow-Noise chunk (its noise drawn inside): actions, the chain (B, K + 1, H, A),
         the per-element log-prob and the value."""
-        images, masks, tokens, token_mask, s = self.device_inputs(state, tokens, token_mask, *frames)
-        cache, pad = self.model.prefix(images, masks, tokens, token_mask)
+        cache, pad, s = self._raw_prefix(state, tokens, token_mask, *frames)
         cfg = self.model.cfg
         noise = torch.randn(s.shape[0], cfg.horizon, cfg.action_dim, device=s.device)
         chain, logp = self.model.denoise(cache, pad, s, noise, noise_head=self.noise_head)
         sample = chain.transpose(0, 1).contiguous()  # (B, K + 1, H, A)
         return self.env_actions(chain[-1]), sample, logp.flatten(1), self._value(cache, pad, s)
+
+    def _raw_prefix(self, state, tokens, token_mask, *frames):
+        """(cache, pad, normalised state) from :meth:`raw_inputs`: what every chunk starts with."""
+        images, masks, tokens, token_mask, s = self.device_inputs(state, tokens, token_mask, *frames)
+        cache, pad = self.model.prefix(images, masks, tokens, token_mask)
+        return cache, pad, s
 
     def _chunk(self, kind: str, fn, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """``fn(*inputs)``: replayed from a captured graph where :meth:`chunk_graphs` gives
@@ -285,8 +289,7 @@ class FlowVLAPolicy(Policy):
         return self.model.state_features(cache, pad, state).float()
 
     def _embed_chunk(self, state, tokens, token_mask, *frames) -> tuple[torch.Tensor]:
-        images, masks, tokens, token_mask, s = self.device_inputs(state, tokens, token_mask, *frames)
-        cache, pad = self.model.prefix(images, masks, tokens, token_mask)
+        cache, pad, s = self._raw_prefix(state, tokens, token_mask, *frames)
         return (self.model.state_features(cache, pad, s).float(),)
 
     # -- training -------------------------------------------------------------------------
