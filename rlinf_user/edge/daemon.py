@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 CONTROLLER_KINDS = ("reset", "act", "chunk", "hold", "stop")
 REQUEST_BATCH = 64  # requests handled per pass before the loop's messages and timers
 CONTROLLER_CHECK = 8  # the controller's socket is read again after this many requests of others
+STALL_GRACE_MS = 100  # a silent controller's messages still arriving after this process stalled
 
 
 class EdgeStartError(RuntimeError):
@@ -449,6 +450,13 @@ class EdgeDaemon:
             return
         if self.control.peer is None:
             return
+        if not self.control.alive(time.monotonic()):
+            # this process may have stalled (a loaded robot PC): what the controller sent
+            # meanwhile, still on its way into the socket, counts before silence is declared
+            if self.ctl.poll(STALL_GRACE_MS):
+                self._serve_controller()
+            if self.control.peer is None:
+                return  # it said bye
         if not self.control.alive(time.monotonic()):
             log.warning("controller silent for %.1f s: holding the robot", self.peer_timeout_s)
             self._forward(Message("hold", 0))

@@ -271,6 +271,29 @@ def test_stop_refuses_actions_until_reset(edge, keys):
     c.close()
 
 
+def test_a_daemon_that_stalls_keeps_a_controller_that_kept_beating(edge, keys):
+    """The robot PC stalls (here: the daemon is stopped) for longer than its peer timeout
+    while the controller keeps sending heartbeats: once it runs again, the beats that were
+    on their way count, and the client still controls the robot."""
+    import os
+    import signal
+
+    c = client(edge, keys)
+    try:
+        c.hello()
+        c.reset(seed=0)
+        os.kill(edge.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(2.5)  # 2.5 peer timeouts; the client's heartbeat thread pings meanwhile
+        finally:
+            os.kill(edge.proc.pid, signal.SIGCONT)
+        time.sleep(0.3)  # a heartbeat or two after the stall
+        c.act(np.zeros(7))  # still the controller: not refused
+        assert "controller silent" not in edge.log()
+    finally:
+        c.close()
+
+
 KILLED_CLIENT = textwrap.dedent(
     """
     import sys, numpy as np

@@ -107,9 +107,23 @@ class EnvWorker:
                                        chunk_rows=not self.on_policy and plan.chunk_rows)  # fmt: skip
         self.book = EpisodeBook(self.envs.num_envs, self.member_name)
         self.env_steps = 0
-        self.obs = self.envs.reset(seeds=self.groups.seeds()) if self.groups else self.envs.reset(seed=seed)
+        # the envs are reset when first observed (the first rollout): a robot is taken (hello,
+        # homing) when the worker is about to act, not while its policy is built and loaded
+        # (a controller silent for the edge's peer timeout loses the robot)
+        self._obs, self._first_reset = None, ({"seeds": self.groups.seeds()} if self.groups else {"seed": seed})
         if fleet_spec is not None or member is None:
             self.attach(fleet_spec or self.own_spec)
+
+    @property
+    def obs(self):
+        """The envs' current observation (the first read resets them)."""
+        if self._obs is None:
+            self._obs = self.envs.reset(**self._first_reset)
+        return self._obs
+
+    @obs.setter
+    def obs(self, value) -> None:
+        self._obs = value
 
     @property
     def version(self) -> int:
@@ -237,7 +251,7 @@ class EnvWorker:
         adapter = self.observer.adapter
         result = evaluate_policy(self._evaluation_envs(num_episodes), policy, num_episodes, 3 if record_video else 0,
                                  adapter=adapter, split=split)  # fmt: skip
-        self.obs = self.envs.reset()
+        self.obs = self.envs.reset() if self._obs is not None else None  # not yet reset: its first reset waits
         self.observer.restart()
         self.actor.chunks.clear()
         self.writer.cut_episodes()  # a chunk's row open when the evaluation began ends there
