@@ -620,8 +620,11 @@ def test_an_env_worker_streams_a_chunk_policys_chunks_and_records_what_ran(edge,
     # tolerated, with the daemon's own counters in the message to tell why
     deltas = {k: after[k] - before[k] for k in ("ticks", "overruns", "deferred", "acted_ticks") if k in after}
     assert ran >= 39 - idle - 3, (ran, idle, deltas)
-    np.testing.assert_allclose(chunk["next_obs/state"][:-1], chunk["obs/state"][1:])
-
+    # each step starts where the last one ended, within an episode (the untrained policy may
+    # push the cube out of the served sim's bounds, which ends the episode: the next starts
+    # from a reset; how far it gets depends on the machine's timing)
+    within = (chunk[Col.TERMINATED] + chunk[Col.TRUNCATED])[:-1] == 0
+    np.testing.assert_allclose(chunk["next_obs/state"][:-1][within], chunk["obs/state"][1:][within])
 
 
 def test_steered_chunks_streamed_to_the_edge_are_one_replay_row_each(edge, keys, tmp_path):
