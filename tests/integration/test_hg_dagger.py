@@ -53,7 +53,7 @@ def test_hg_dagger_session_with_a_synthetic_supervisor(tmp_path, capsys):
 @pytest.mark.parametrize(
     "policy",
     [["hg_dagger.rounds=5", "hg_dagger.updates_per_episode=200"],
-     ["policy=pi0", "policy.horizon=4", "hg_dagger.rounds=3", "hg_dagger.batch_size=128",
+     ["policy=pi0", "policy.horizon=4", "hg_dagger.rounds=4", "hg_dagger.batch_size=128",
       "hg_dagger.updates_per_episode=100"]],
     ids=["mlp", "pi0-chunks"],
 )  # fmt: skip
@@ -70,7 +70,10 @@ def test_hg_dagger_improves_the_policy_and_needs_the_supervisor_less(tmp_path, c
     same however loaded the machine is. Measured alone on 2 cores, seed 2: the MLP with 200
     updates per episode at 95% over the last two rounds, the supervisor's share down 34
     points (51 s); the pi0 with batches of 128 at 90%, share down 29 points (73 s; 81 s with
-    batches of 256, also passing). The benchmark (3 seeds) runs the background learner."""
+    batches of 256, also passing). The same seed on another CPU (its float kernels differ)
+    reached 50%, 50%, 70% in three rounds, short of 75%, and 100% in a fourth: the pi0 runs
+    four rounds (its last two: 85%, share down 24 points). The benchmark (3 seeds) runs the
+    background learner."""
     argv = [
         "hg-dagger", "--sim", "gym_hil", "env.kwargs.random_block_position=true", "env.max_episode_steps=50",
         "hg_dagger.synthetic_human=true", "hg_dagger.synthetic_demos=2", "hg_dagger.episodes_per_round=8",
