@@ -67,7 +67,6 @@ log = logging.getLogger(__name__)
 CONTROLLER_KINDS = ("reset", "act", "chunk", "hold", "stop")
 REQUEST_BATCH = 64  # requests handled per pass before the loop's messages and timers
 CONTROLLER_CHECK = 8  # the controller's socket is read again after this many requests of others
-STALL_GRACE_MS = 100  # a silent controller's messages still arriving after this process stalled
 
 
 class EdgeStartError(RuntimeError):
@@ -248,8 +247,9 @@ class EdgeDaemon:
                     while self.monitor.poll(0):
                         self._on_monitor()
                 if time.monotonic() >= next_beat:
+                    late = time.monotonic() - next_beat
                     next_beat = time.monotonic() + self.heartbeat_s
-                    self._heartbeat()
+                    self._heartbeat(late)
                     self.throttle.flush()
         finally:
             self.close()
@@ -439,7 +439,9 @@ class EdgeDaemon:
             self.throttle.warn(f"refused connections ({why})", "refused a connection on port %d: %s",
                                self.port, why)  # fmt: skip
 
-    def _heartbeat(self) -> None:
+    def _heartbeat(self, late: float = 0.0) -> None:
+        """``late``: how far past its time this beat runs (this process did not run: a
+        loaded robot PC)."""
         if self.hold_pending:
             self._forward(Message("hold", 0))
         if not self.proc.is_alive():
@@ -450,13 +452,10 @@ class EdgeDaemon:
             return
         if self.control.peer is None:
             return
-        if not self.control.alive(time.monotonic()):
-            # this process may have stalled (a loaded robot PC): what the controller sent
-            # meanwhile, still on its way into the socket, counts before silence is declared
-            if self.ctl.poll(STALL_GRACE_MS):
-                self._serve_controller()
-            if self.control.peer is None:
-                return  # it said bye
+        if late > self.heartbeat_s:
+            # silence is counted over the time this process listened: what the controller
+            # sent while it stalled is still on its way in, and is read at the next passes
+            self.control.last_seen += late
         if not self.control.alive(time.monotonic()):
             log.warning("controller silent for %.1f s: holding the robot", self.peer_timeout_s)
             self._forward(Message("hold", 0))
