@@ -70,7 +70,7 @@ def test_hg_dagger_improves_the_policy_and_needs_the_supervisor_less(tmp_path, c
     same however loaded the machine is. Measured alone on 2 cores, seed 2: the MLP with 200
     updates per episode at 95% over the last two rounds, the supervisor's share down 34
     points (51 s); the pi0 with batches of 128 at 90%, share down 29 points (73 s; 81 s with
-    batches of 256, also passing). The same seed on another CPU (its float kernels differ)
+    batches of 256, also passing). The same seed on another CPU (its float results differ)
     reached 50%, 50%, 70% in three rounds, short of 75%, and 100% in a fourth: the pi0 runs
     four rounds (its last two: 85%, share down 24 points). The benchmark (3 seeds) runs the
     background learner."""
