@@ -143,11 +143,11 @@ VARIANTS: dict[str, list[str]] = {
 CLONE_UPDATES = 3000  # behaviour-cloning updates of the flow policy that dsrl steers
 
 
-def record_demos(root: Path, seed: int, episodes: int = DEMO_EPISODES) -> int:
+def record_demos(root: Path, seed: int, episodes: int = DEMO_EPISODES, spread: bool = False) -> int:
     from rlinf_user.cli.main import main
 
     rc = main(["teleop", "--sim", SIM[0], "teleop=synthetic", *ENV, f"dataset.root={root}",
-               f"dataset.episodes={episodes}", f"seed={seed}"])  # fmt: skip
+               f"dataset.episodes={episodes}", f"seed={seed}", f"teleop.spread={str(spread).lower()}"])  # fmt: skip
     if rc != 0:
         raise SystemExit(f"recording demonstrations exited {rc}")
     return int(json.loads((root / "meta" / "info.json").read_text())["total_frames"])
@@ -353,6 +353,7 @@ def write(path: Path, rows: list[dict], args) -> None:
         "target_success": args.target,
         "eval_episodes": args.eval_episodes,
         "demo_episodes": args.demos,
+        "demos_spread": bool(args.spread),
         "date": time.strftime("%Y-%m-%d"),
         "runs": rows,
     }  # fmt: skip
@@ -380,6 +381,8 @@ def main() -> None:
     ap.add_argument("--hold-level", type=float, default=0.98, help="success that, once reached, ...")
     ap.add_argument("--hold-floor", type=float, default=0.95, help="... must not be left below from then on")
     ap.add_argument("--demos", type=int, default=DEMO_EPISODES, help="scripted demonstrations recorded per seed")
+    ap.add_argument("--spread", action="store_true",
+                    help="record the demonstrations with teleop.spread=true (block positions cover the box)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="seeds run side by side (each its own process; a paced run learns the same per env "
                          "step however slowly it runs, but its minutes stretch: compare minutes at --jobs 1)")
@@ -396,7 +399,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
         demos = work / f"demos_s{seed}"
-        demo_steps = record_demos(demos, seed, args.demos) if any(k in " ".join(VARIANTS[v]) for v in args.variants
+        demo_steps = record_demos(demos, seed, args.demos, args.spread) if any(k in " ".join(VARIANTS[v]) for v in args.variants
                                                       for k in ("{demos}", "{clone}")) else 0
         for v in args.variants:
             run = run_variant(v, seed, args, work, demos, demo_steps)

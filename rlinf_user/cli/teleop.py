@@ -49,6 +49,9 @@ def scripted_hand(cfg, env):
 def run_teleop(args, console) -> int:
     cfg = compose_config(args.overrides, sim=args.sim, robot=args.robot)
     validate(cfg)
+    if cfg.teleop.spread and cfg.env.kind != "sim":
+        raise ConfigError("teleop.spread=true chooses a simulator's reset seeds; on a robot, place the objects "
+                          "over the whole workspace yourself (docs/human-in-the-loop.md)")
     if args.dry_run:
         print(to_yaml(cfg), end="")
         return 0
@@ -63,6 +66,16 @@ def run_teleop(args, console) -> int:
         robot_type = args.robot or f"{cfg.env.backend}"
         if not cfg.dataset.root:
             open_dataset(cfg, env, robot_type)  # raises the missing-value error
+        seed_of = lambda n: teleop_episode_seed(cfg.seed, n)  # noqa: E731
+        if cfg.teleop.spread:  # reset seeds whose object positions cover the workspace
+            from rlinf_user.teleop.spread import CANDIDATES_PER_EPISODE, spread_seeds
+
+            try:
+                seed_of = spread_seeds(env, int(cfg.dataset.episodes), seed_of).__getitem__
+            except ValueError as err:
+                raise ConfigError(str(err)) from err
+            console.print(f"spread {cfg.dataset.episodes} episodes over the workspace "
+                          f"(from {CANDIDATES_PER_EPISODE * int(cfg.dataset.episodes)} candidate scenes)")
         before_step, rate = None, cfg.teleop.rate_hz
         if cfg.teleop.device == "synthetic":  # a scripted expert on a simulated SpaceMouse
             device, before_step = scripted_hand(cfg, env)
@@ -81,7 +94,7 @@ def run_teleop(args, console) -> int:
             console.print(f"  {r.outcome:<11} {r.steps:>4} steps  {r.seconds:6.1f} s  {where}")
 
         rec = Recorder(env, device, writer, task, rate_hz=rate, on_episode=on_episode, before_step=before_step)
-        stats = rec.run(cfg.dataset.episodes, episode_seed=lambda n: teleop_episode_seed(cfg.seed, n))
+        stats = rec.run(cfg.dataset.episodes, episode_seed=seed_of)
     finally:
         if device is not None:
             device.close()

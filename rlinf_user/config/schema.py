@@ -161,6 +161,9 @@ class TeleopConfig:
     replay: str | None = None  # play a recorded device session instead of a live device
     controls: str | None = None  # a second device for episode controls (e.g. keyboard)
     rate_hz: float = 10.0  # teleop loop rate = dataset fps
+    # simulators: choose the episodes' reset seeds so the object's positions cover the
+    # workspace evenly (rlinf_user/teleop/spread.py) instead of N random draws
+    spread: bool = False
     translation_map: list[str] = field(default_factory=lambda: ["-y", "-x", "-z"])
     rotation_map: list[str] = field(default_factory=lambda: ["-y", "-x", "-z"])
     full_scale: float = 350.0

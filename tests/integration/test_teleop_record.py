@@ -182,6 +182,27 @@ def test_teleop_cli_records_scripted_demos_without_a_person(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def test_teleop_spread_records_demos_over_the_workspace_and_refuses_where_it_cannot(tmp_path, capsys):
+    """teleop.spread=true on gym_hil's randomised pick records all its episodes from chosen
+    scenes; a sim that does not report its object's position, and a robot, are refused by name
+    before anything is written."""
+    root = tmp_path / "spread"
+    argv = ["teleop", "--sim", "gym_hil_random", "teleop=synthetic", "teleop.spread=true",
+            f"dataset.root={root}", "dataset.episodes=4"]  # fmt: skip
+    assert main(argv) == 0
+    assert "spread 4 episodes over the workspace (from 100 candidate scenes)" in capsys.readouterr().err
+    r = LeRobotReader(root)
+    eps = [r.episode(i) for i in range(r.num_episodes)]
+    assert len(eps) == 4 and all(e.meta["outcome"] == "success" for e in eps)
+    assert len({tuple(np.round(e.columns["observation.state"][0], 4)) for e in eps}) == 4
+    assert main(["teleop", "--sim", "reach", "teleop=synthetic", "teleop.spread=true",
+                 f"dataset.root={tmp_path / 'reach'}"]) == 2  # fmt: skip
+    assert "ReachEnv does not. Drop teleop.spread" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "reach").exists()
+    assert main(["teleop", "--robot", "franka", "env.edge.host=127.0.0.1", "teleop.spread=true", "--dry-run"]) == 2
+    assert "place the objects over the whole workspace yourself" in " ".join(capsys.readouterr().err.split())
+
+
 def test_demos_recorded_without_their_success_bonus_get_it_on_load(tmp_path, caplog):
     """A dataset whose info says env.success_bonus=10 but whose success steps lack it (recorded
     before recordings applied the run's shaping) is repaired on load, with a warning; one
