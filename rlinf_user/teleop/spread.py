@@ -9,8 +9,9 @@ the seeds instead:
 
 1. reset the env with ``candidates`` seeds of the run's own teleop stream (below the held-out
    ranges, see :mod:`rlinf_user.seeds`) and read where each placed the object;
-2. lay a grid of at least N cells over the candidates' bounding box, its shape following the
-   box's aspect, and take for each cell the candidate nearest its centre;
+2. lay a grid of at least N points over the candidates' bounding box, edge to edge (its outer
+   rows and columns on the box's sides), its shape following the box's aspect, and take for
+   each point the candidate nearest it;
 3. when the grid has more cells than N, keep N of those by farthest-point order (the corners
    and edges first, then the gaps between them).
 
@@ -67,6 +68,11 @@ def farthest_point_order(points: np.ndarray) -> list[int]:
     return order
 
 
+def _edge_to_edge(k: int) -> np.ndarray:
+    """k fractions from 0 to 1 (one cell: the middle)."""
+    return np.array([0.5]) if k == 1 else np.linspace(0.0, 1.0, k)
+
+
 def choose_spread(positions: np.ndarray, n: int) -> list[int]:
     """Indices of ``n`` of ``positions`` (K x 2) that cover their bounding box evenly."""
     positions = np.asarray(positions, np.float64)
@@ -74,9 +80,10 @@ def choose_spread(positions: np.ndarray, n: int) -> list[int]:
         raise ValueError(f"{len(positions)} candidate positions for {n} episodes")
     low, high = positions.min(0), positions.max(0)
     rows, cols = grid_shape(n, high - low)
-    centres = [
-        low + (high - low) * np.array([(i + 0.5) / rows, (j + 0.5) / cols]) for i in range(rows) for j in range(cols)
-    ]
+    # cell centres from edge to edge: the outermost rows and columns lie on the box's sides, so
+    # the strip along each side gets demonstrations too (centres half a cell inside left it bare)
+    fx, fy = _edge_to_edge(rows), _edge_to_edge(cols)
+    centres = [low + (high - low) * np.array([a, b]) for a in fx for b in fy]
     chosen: list[int] = []
     for c in centres:  # the nearest candidate not yet taken
         d = np.linalg.norm(positions - c, axis=1)

@@ -48,6 +48,26 @@ def test_chosen_positions_cover_the_box_better_than_random_draws(n):
         assert np.linalg.norm(cand[chosen] - corner, axis=1).min() < cell
 
 
+@pytest.mark.parametrize("n", [20, 40])
+def test_chosen_positions_reach_the_box_sides(n):
+    """A policy extrapolates badly past its demonstrations' hull: the n chosen span the box edge
+    to edge, leaving under 10% of it outside their convex hull (n random draws leave about a
+    quarter, a grid of cell centres half a cell inside about a third)."""
+    from scipy.spatial import Delaunay
+
+    rng = np.random.default_rng(1)
+    box = np.array([0.2, 0.3])
+    cand = rng.uniform(0, 1, (1000, 2)) * box
+    probe = np.stack(np.meshgrid(np.linspace(0, box[0], 41), np.linspace(0, box[1], 61)), -1).reshape(-1, 2)
+
+    def outside(points):
+        return float((Delaunay(points).find_simplex(probe) < 0).mean())
+
+    spread_out = outside(cand[choose_spread(cand, n)])
+    random_out = np.median([outside(cand[rng.choice(1000, n, replace=False)]) for _ in range(10)])
+    assert spread_out < 0.1 < random_out, (spread_out, random_out)
+
+
 def test_too_few_candidates_are_refused():
     with pytest.raises(ValueError, match="3 candidate positions for 5 episodes"):
         choose_spread(np.zeros((3, 2)), 5)
