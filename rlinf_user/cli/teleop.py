@@ -28,6 +28,26 @@ def open_dataset(cfg, env, robot_type: str):
                          crf=cfg.dataset.crf, reward=fmt.reward_info(cfg.env))  # fmt: skip
 
 
+def session_offset(cfg) -> int:
+    """Where in its seed stream a session starts: 0 for a new dataset; a session appending to one
+    that holds N episodes starts past every scene an earlier session could have used (N x the
+    spread candidates per episode), so appended episodes are new scenes, not repeats."""
+    import json
+    from pathlib import Path
+
+    from rlinf_user.data.lerobot_format import INFO_PATH
+    from rlinf_user.teleop.spread import CANDIDATES_PER_EPISODE
+
+    info = Path(str(cfg.dataset.root or "")) / INFO_PATH
+    if not (cfg.dataset.root and cfg.dataset.resume and info.is_file()):
+        return 0
+    try:
+        had = int(json.loads(info.read_text()).get("total_episodes", 0))
+    except (ValueError, OSError, TypeError):
+        return 0  # the writer names what is wrong with it
+    return had * CANDIDATES_PER_EPISODE
+
+
 def scripted_hand(cfg, env):
     """``teleop=synthetic``: the task's scripted expert operating a simulated SpaceMouse
     (HID reports through the real parser), for demonstrations without a person; a sim
@@ -66,7 +86,8 @@ def run_teleop(args, console) -> int:
         robot_type = args.robot or f"{cfg.env.backend}"
         if not cfg.dataset.root:
             open_dataset(cfg, env, robot_type)  # raises the missing-value error
-        seed_of = lambda n: teleop_episode_seed(cfg.seed, n)  # noqa: E731
+        first = session_offset(cfg)
+        seed_of = lambda n: teleop_episode_seed(cfg.seed, first + n)  # noqa: E731
         if cfg.teleop.spread:  # reset seeds whose object positions cover the workspace
             from rlinf_user.teleop.spread import CANDIDATES_PER_EPISODE, spread_seeds
 

@@ -160,7 +160,8 @@ def test_teleop_cli_records_a_camera_dataset_from_a_keyboard_session(tmp_path, c
 
 def test_teleop_cli_records_scripted_demos_without_a_person(tmp_path, capsys):
     """teleop=synthetic: the task's scripted expert on a simulated SpaceMouse records a
-    demo set from the command line (distinct randomised starts, all successes); a sim with
+    demo set from the command line (distinct randomised starts, all successes, and new ones
+    when a second session appends); a sim with
     no scripted expert is refused by name and nothing is written."""
     root = tmp_path / "pick"
     argv = ["teleop", "--sim", "gym_hil", "env.kwargs.random_block_position=true", "teleop=synthetic",
@@ -176,6 +177,12 @@ def test_teleop_cli_records_scripted_demos_without_a_person(tmp_path, capsys):
     for e in eps:
         reward, success = e.columns["next.reward"].ravel(), e.columns["next.success"].ravel().astype(bool)
         assert success[-1] and reward[-1] >= 15.0 and (reward[~success] < 15.0).all(), reward
+    # a second session appending to the dataset records new scenes, not the first session's again
+    assert main([*argv, "dataset.resume=true", "dataset.episodes=2"]) == 0
+    r = LeRobotReader(root)
+    assert r.num_episodes == 5
+    starts = [tuple(np.round(r.episode(i).columns["observation.state"][0], 4)) for i in range(5)]
+    assert len(set(starts)) == 5, starts
     capsys.readouterr()
     assert main(["teleop", "--sim", "maniskill", "teleop=synthetic", f"dataset.root={tmp_path / 'x'}"]) == 2
     assert "no scripted supervisor for maniskill" in capsys.readouterr().err.replace("\n", " ")
