@@ -31,7 +31,9 @@ def open_dataset(cfg, env, robot_type: str):
 def session_offset(cfg) -> int:
     """Where in its seed stream a session starts: 0 for a new dataset; a session appending to one
     that holds N episodes starts past every scene an earlier session could have used (N x the
-    spread candidates per episode), so appended episodes are new scenes, not repeats."""
+    spread candidates per episode), so appended episodes are new scenes, not repeats. Past 1,000
+    a stream runs into the next run seed's (``TELEOP_SEED_STRIDE``): a dataset appended that far
+    can share scenes with one recorded from ``seed + 1``."""
     import json
     from pathlib import Path
 
