@@ -12,7 +12,7 @@ the seeds instead:
 2. lay a grid of at least N points over the candidates' bounding box, edge to edge (its outer
    rows and columns on the box's sides), its shape following the box's aspect, and take for
    each point the candidate nearest it;
-3. when the grid has more cells than N, keep N of those by farthest-point order (the corners
+3. when the grid has more points than N, keep N of those by farthest-point order (the corners
    and edges first, then the gaps between them).
 
 Each chosen seed is still a seed of the teleop stream, so the dataset records which scene each
@@ -69,7 +69,7 @@ def farthest_point_order(points: np.ndarray) -> list[int]:
 
 
 def _edge_to_edge(k: int) -> np.ndarray:
-    """k fractions from 0 to 1 (one cell: the middle)."""
+    """k fractions from 0 to 1 (a single one: the middle)."""
     return np.array([0.5]) if k == 1 else np.linspace(0.0, 1.0, k)
 
 
@@ -80,12 +80,13 @@ def choose_spread(positions: np.ndarray, n: int) -> list[int]:
         raise ValueError(f"{len(positions)} candidate positions for {n} episodes")
     low, high = positions.min(0), positions.max(0)
     rows, cols = grid_shape(n, high - low)
-    # cell centres from edge to edge: the outermost rows and columns lie on the box's sides, so
-    # the strip along each side gets demonstrations too (centres half a cell inside left it bare)
+    # grid points from edge to edge: the outermost rows and columns lie on the box's sides, so
+    # the strip along each side gets demonstrations too (cell centres, half a cell inside, left
+    # 29% of gym_hil's box outside the chosen set's hull)
     fx, fy = _edge_to_edge(rows), _edge_to_edge(cols)
-    centres = [low + (high - low) * np.array([a, b]) for a in fx for b in fy]
+    points = [low + (high - low) * np.array([a, b]) for a in fx for b in fy]
     chosen: list[int] = []
-    for c in centres:  # the nearest candidate not yet taken
+    for c in points:  # the nearest candidate not yet taken
         d = np.linalg.norm(positions - c, axis=1)
         d[chosen] = np.inf
         chosen.append(int(np.argmin(d)))
