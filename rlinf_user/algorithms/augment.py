@@ -1,4 +1,6 @@
-"""DrQ image augmentation: random shifts by replicate-padding then random cropping."""
+"""Observation augmentation: DrQ's random shifts of frames (replicate-padding then random
+cropping), and Gaussian noise on a frozen encoder's feature maps where the rows carry those
+instead of frames (``policy.frame_features``)."""
 
 from __future__ import annotations
 
@@ -52,3 +54,17 @@ def encoder_cameras(*encoders) -> tuple[str, ...] | None:
             return None
         out.update(cams)
     return tuple(sorted(out))
+
+
+def feature_noise(obs: dict, scale: float) -> dict:
+    """``obs`` with Gaussian noise added to each camera's frozen feature maps: ``scale`` x the
+    batch's standard deviation of that camera's features (a frame cannot be shifted once it
+    is encoded, so its maps are perturbed instead)."""
+    feats = obs.get(Col.FEATURES)
+    if scale <= 0 or not feats:
+        return obs
+    out = {}
+    for k, v in feats.items():
+        x = v.float()
+        out[k] = (x + scale * x.std() * torch.randn_like(x)).to(v.dtype)
+    return {**obs, Col.FEATURES: out}

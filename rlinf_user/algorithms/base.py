@@ -64,6 +64,8 @@ class ReplayPlan:
     # behaviour cloning by default, an offline phase of the algorithm's own losses for IQL)
     warm_start_updates: int = 0
     warm_start_lr: float = 1e-3
+    # the warm start's Gaussian noise on frozen feature maps, x their std (augment.feature_noise)
+    warm_start_feature_noise: float = 0.0
     # the policy's extras each row keeps (algo=dsrl: Col.NOISE, what the steered policy chose)
     extras: tuple[str, ...] = ()
     # a chunk of several env steps is one row (algo=dsrl: its noise was chosen once for the
@@ -220,12 +222,14 @@ class Algorithm:
     def warm_start(self, batches) -> float:
         """Before any RL update, ``plan.warm_start_updates`` batches of demonstrations:
         here, behaviour cloning of the policy; returns the last loss."""
+        from rlinf_user.algorithms.augment import feature_noise
         from rlinf_user.algorithms.bc import BC
 
-        bc = BC.for_policy(self.policy, lr=self.data_plan(self.cfg).warm_start_lr)
+        plan = self.data_plan(self.cfg)
+        bc = BC.for_policy(self.policy, lr=plan.warm_start_lr)
         loss = float("nan")
         for batch in batches:
-            loss = bc.step(batch[Col.OBS], batch[Col.ACTION])
+            loss = bc.step(feature_noise(batch[Col.OBS], plan.warm_start_feature_noise), batch[Col.ACTION])
         self.after_warm_start()
         return loss
 

@@ -73,7 +73,8 @@ class SAC(Algorithm):
             batch_size=int(algo_cfg.batch_size), demo_ratio=float(algo_cfg.demo_ratio), utd_ratio=float(algo_cfg.utd_ratio),
             learning_starts=int(algo_cfg.learning_starts), n_step=int(algo_cfg.n_step), gamma=float(algo_cfg.gamma),
             paced=bool(algo_cfg.paced), warm_start_updates=int(algo_cfg.bc_warmup_updates or 0),
-            warm_start_lr=float(algo_cfg.actor_lr), steady_overrides=steady_overrides(algo_cfg),
+            warm_start_lr=float(algo_cfg.actor_lr), warm_start_feature_noise=float(algo_cfg.bc_feature_noise or 0.0),
+            steady_overrides=steady_overrides(algo_cfg),
         )  # fmt: skip
 
     @classmethod
@@ -92,6 +93,8 @@ class SAC(Algorithm):
             out.append(f"algo.n_step={algo_cfg.n_step}: n-step returns need n >= 1 (1: one-step targets)")
         if int(algo_cfg.get("critic_warmup_updates", 0)) < 0:
             out.append(f"algo.critic_warmup_updates={algo_cfg.critic_warmup_updates} must be >= 0")
+        if float(algo_cfg.get("bc_feature_noise") or 0.0) < 0:
+            out.append(f"algo.bc_feature_noise={algo_cfg.bc_feature_noise}: a multiple of the features' std, >= 0")
         if not cls.trains_flow and str(policy_cfg.name) == "flow":
             out.append(f"policy=flow is trained by SAC through algo=sac_flow (algo={algo_cfg.name})")
         final_t = algo_cfg.get("final_temperature")

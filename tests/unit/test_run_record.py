@@ -79,3 +79,24 @@ def test_best_pt_is_the_best_evaluation_and_a_later_equal_one_replaces_it(tmp_pa
     assert int(best["policy"]["w"]) == 3 and rec.best["policy_version"] == 3
     rec.record_eval({**_eval(0), "policy_version": 5, "policy_state": {"w": torch.tensor([5])}}, wall=6.0, spec=spec)
     assert torch.load(tmp_path / "checkpoints" / "best.pt", weights_only=True)["version"] == 3
+
+
+def test_a_target_stops_the_run_only_on_an_evaluation_that_ran():
+    """``target_success=0`` (evaluate the starting policy and stop): no stop, and no crash,
+    before the first evaluation is booked; the stop once it is."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from rlinf_user.runtime.orchestration.loops import Schedule
+    from rlinf_user.runtime.orchestration.run_record import Progress
+
+    cfg = OmegaConf.create({"eval_every_steps": 10_000, "checkpoint_every_steps": 10_000, "target_success": 0.0,
+                            "max_wall_minutes": None, "eval_at_start": False, "resume": None})  # fmt: skip
+    tr = SimpleNamespace(cfg=cfg, progress=Progress(), eval_worker=None, drift=None, replanner=None, stop_requested=None,
+                         pool=SimpleNamespace(running=list), record=SimpleNamespace(scalars=lambda *a, **k: None),
+                         on_progress=lambda p: None)  # fmt: skip
+    sched = Schedule(tr)
+    assert sched.tick() is None
+    tr.progress.eval_success = 0.0
+    assert sched.tick() == "evaluation success 0.00 >= target 0.0"

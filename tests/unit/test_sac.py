@@ -572,3 +572,50 @@ def test_the_profile_times_the_steady_update_not_the_critic_warm_up():
     assert "actor_loss" not in opening and "actor_loss" in steady
     reach = compose_config([], sim="reach")  # no warm-up: the config as it is
     assert steady_state(algorithm_class(reach.algo).data_plan(reach.algo)) == {}
+
+
+def test_feature_noise_perturbs_each_cameras_maps_by_its_spread_and_nothing_else():
+    from rlinf_user.algorithms.augment import feature_noise
+
+    torch.manual_seed(0)
+    obs = {"state": torch.randn(64, 5), "features": {"front": (3.0 * torch.randn(64, 320, 4, 4)).half(),
+                                                     "wrist": (0.1 * torch.randn(64, 320, 4, 4)).half()}}  # fmt: skip
+    assert feature_noise(obs, 0.0) is obs and feature_noise({"state": obs["state"]}, 0.3)["state"] is obs["state"]
+    out = feature_noise(obs, 0.3)
+    assert out["state"] is obs["state"]
+    for cam, spread in (("front", 3.0), ("wrist", 0.1)):  # each camera scaled by its own features' std
+        assert out["features"][cam].dtype == torch.float16 and out["features"][cam].shape == (64, 320, 4, 4)
+        added = (out["features"][cam].float() - obs["features"][cam].float()).std().item()
+        assert abs(added - 0.3 * spread) < 0.03 * spread, (cam, added)
+
+
+def test_the_warm_start_clones_through_noisy_feature_maps_when_asked(monkeypatch):
+    """``algo.bc_feature_noise``: each BC step of the warm start sees the frozen encoder's maps
+    with noise of that many stds added (the state and the targets as they are); 0 leaves
+    the batch as it came. A negative scale is refused."""
+    from rlinf_user.algorithms.bc import BC
+    from rlinf_user.config.compose import ConfigError, validate
+
+    spec = EnvSpec(state_dim=18, cameras={"front": (128, 128), "wrist": (128, 128)}, active_dims=(0, 1, 2, 6))
+    feats = {c: torch.randn(32, 320, 4, 4).half() for c in ("front", "wrist")}
+    batch = {"obs": {"state": torch.randn(32, 18), "features": feats}, "action": torch.rand(32, 4) * 2 - 1}
+    real = BC.step
+    for scale in (0.0, 0.5):
+        cfg = compose_config(["algo=rlpd", f"algo.bc_feature_noise={scale}"], sim="gym_hil_pixels")
+        algo = build_algorithm(cfg.algo, cfg.policy, spec)
+        seen: list = []
+
+        def step(self, obs, target, seen=seen):
+            seen.append((obs, target))
+            return real(self, obs, target)
+
+        monkeypatch.setattr(BC, "step", step)
+        loss = algo.warm_start(iter([batch, batch]))
+        assert len(seen) == 2 and np.isfinite(loss)
+        for obs, target in seen:
+            assert obs["state"] is batch["obs"]["state"] and target is batch["action"]
+            for c in feats:
+                added = (obs["features"][c].float() - feats[c].float()).std().item()
+                assert (added == 0.0) if scale == 0 else abs(added - scale * feats[c].float().std().item()) < 0.05
+    with pytest.raises(ConfigError, match="bc_feature_noise"):
+        validate(compose_config(["algo=rlpd", "algo.bc_feature_noise=-0.1", "demos=x"], sim="gym_hil_pixels"))

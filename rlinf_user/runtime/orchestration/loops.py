@@ -113,7 +113,8 @@ class Schedule:
             tr.replan(None, p.wall)  # a node joined or left: re-planned on the cluster's CPUs
         if tr.stop_requested:
             return tr.stop_requested
-        if cfg.target_success is not None and (p.eval_success or 0.0) >= cfg.target_success:
+        # only an evaluation that has run counts (target_success=0: stop after the first one)
+        if cfg.target_success is not None and p.eval_success is not None and p.eval_success >= cfg.target_success:
             return f"evaluation success {p.eval_success:.2f} >= target {cfg.target_success}"
         if cfg.max_wall_minutes is not None and p.wall > 60 * cfg.max_wall_minutes:
             return f"max_wall_minutes={cfg.max_wall_minutes} reached"
