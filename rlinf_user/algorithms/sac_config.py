@@ -55,8 +55,9 @@ class SACConfig:
     batch_norm: bool = False  # CrossQ: batch-renorm critics, no target network
     demo_ratio: float = 0.0  # fraction of each batch drawn from demos (RLPD: 0.5)
     bc_warmup_updates: int = 0  # behaviour-clone the actor on demos=... before RL starts
-    # ... with Gaussian noise on frozen feature maps (policy.frame_features), x their std:
-    # 40 pixel demos are fitted exactly within 500 updates without it (docs/results.md)
+    # ... with Gaussian noise on frozen feature maps (policy.frame_features), x their std.
+    # Off in the pixel recipe: at 0.3 it left the weak seed-1 pixel clone at 57% (53%
+    # without; docs/results.md)
     bc_feature_noise: float = 0.0
     # TD3+BC: the actor loss adds bc_weight x the squared distance of its action to the
     # demonstrated one on each batch's demo rows, and its Q term is divided by the batch's
