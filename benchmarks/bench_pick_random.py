@@ -146,6 +146,10 @@ CLONE_UPDATES = 3000  # behaviour-cloning updates of the flow policy that dsrl s
 def record_demos(root: Path, seed: int, episodes: int = DEMO_EPISODES, spread: bool = False) -> int:
     from rlinf_user.cli.main import main
 
+    info = root / "meta" / "info.json"
+    if info.exists() and json.loads(info.read_text())["total_episodes"] == episodes:  # a rerun keeps its demos
+        print(f"reusing the {episodes} demonstrations in {root}")
+        return int(json.loads(info.read_text())["total_frames"])
     rc = main(["teleop", "--sim", SIM[0], "teleop=synthetic", *ENV, f"dataset.root={root}",
                f"dataset.episodes={episodes}", f"seed={seed}", f"teleop.spread={str(spread).lower()}"])  # fmt: skip
     if rc != 0:

@@ -139,6 +139,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# A command's refusals, each printed as one line instead of a traceback: (module, exception
+# class, label, exit code), first match wins. They are looked up when an error arrives, in
+# the modules already imported: an exception whose module was never imported cannot have
+# been raised, and so `rlinf-user edge` and `doctor` on the robot PC never import torch
+# (the trainer's and the policies' modules do) just to name an error.
+REFUSALS = (
+    ("builtins", "FileNotFoundError", "error:", 2),
+    ("builtins", "FileExistsError", "error:", 2),
+    ("rlinf_user.config.compose", "ConfigError", "error:", 2),
+    ("rlinf_user.data.lerobot_format", "DatasetError", "error:", 2),
+    ("rlinf_user.robots.teleop.command", "DeviceDisconnected", "error: teleop device:", 1),
+    ("rlinf_user.edge.daemon", "EdgeStartError", "error:", 1),
+    ("rlinf_user.edge.security", "AuthError", "error:", 1),
+    ("rlinf_user.runtime.orchestration.run_record", "RunError", "error:", 1),
+    ("rlinf_user.policies.base", "PolicyUnavailable", "error:", 1),
+    ("rlinf_user.evaluation", "EvaluationStopped", "error:", 1),
+    ("rlinf_user.runtime.planning.profile", "ProfileError", "error:", 1),
+    ("rlinf_user.calibration.solve", "PoorPoseSet", "calibration refused:", 1),
+    ("rlinf_user.calibration.board", "BoardNotFound", "calibration refused:", 1),
+    ("rlinf_user.calibration.store", "CalibrationMismatch", "calibration refused:", 1),
+)
+
+
+def _refusal(err: BaseException) -> tuple[str, int] | None:
+    """(label, exit code) for an error a command refuses with, None for a bug."""
+    for module, name, label, code in REFUSALS:
+        mod = sys.modules.get(module)
+        if mod is not None and isinstance(err, getattr(mod, name)):
+            return label, code
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -156,19 +188,6 @@ def main(argv: list[str] | None = None) -> int:
         format="%(name)s: %(message)s",
         handlers=[RichHandler(console=console, show_path=False, rich_tracebacks=False)],
     )
-    from rlinf_user.calibration.board import BoardNotFound
-    from rlinf_user.calibration.solve import PoorPoseSet
-    from rlinf_user.calibration.store import CalibrationMismatch
-    from rlinf_user.config.compose import ConfigError
-    from rlinf_user.data.lerobot_format import DatasetError
-    from rlinf_user.edge.daemon import EdgeStartError
-    from rlinf_user.edge.security import AuthError
-    from rlinf_user.evaluation import EvaluationStopped
-    from rlinf_user.policies.base import PolicyUnavailable
-    from rlinf_user.robots.teleop.command import DeviceDisconnected
-    from rlinf_user.runtime.orchestration.trainer import RunError
-    from rlinf_user.runtime.planning.profile import ProfileError
-
     try:
         if args.command == "train":
             from rlinf_user.cli.train import run_train
@@ -206,27 +225,16 @@ def main(argv: list[str] | None = None) -> int:
             from rlinf_user.cli.doctor import run_doctor
 
             return run_doctor(args, console)
-    except (ConfigError, FileNotFoundError, FileExistsError) as err:
-        console.print(f"[bold red]error:[/] {err}")
-        return 2
-    except DatasetError as err:
-        console.print(f"[bold red]error:[/] {err}")
-        return 2
-    except DeviceDisconnected as err:
-        console.print(f"[bold red]error:[/] teleop device: {err}")
-        return 1
-    except (EdgeStartError, AuthError) as err:
-        console.print(f"[bold red]error:[/] {err}")
-        return 1
-    except (RunError, PolicyUnavailable, EvaluationStopped, ProfileError) as err:
-        console.print(f"[bold red]error:[/] {err}")
-        return 1
-    except (PoorPoseSet, BoardNotFound, CalibrationMismatch) as err:
-        console.print(f"[bold red]calibration refused:[/] {err}")
-        return 1
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")
         return 130
+    except Exception as err:
+        refusal = _refusal(err)
+        if refusal is None:
+            raise
+        label, code = refusal
+        console.print(f"[bold red]{label}[/] {err}")
+        return code
     return 1
 
 

@@ -48,6 +48,12 @@ def test_bc_warm_start_clones_the_demonstrations_into_the_actor(demos, tmp_path)
     assert cold.warm_start_if_due() == 0 and warm.warm_start_if_due() == 400  # the trainer asks, once placed
     assert warm.warm_start_if_due() == 0  # once
     assert cold.local_replay.demos.size > 40 and warm.warm_start_loss is not None
+    # a run's learner loads them once it is placed (load_demos, no start timeout), not in its
+    # constructor: a large camera set outlasted the start timeout on a busy machine
+    deferred = Learner(compose_config(common, sim="gym_hil"), spec, str(tmp_path / "deferred"), defer_demos=True)
+    assert deferred.local_replay.demos is None and deferred.local_replay.sample_demos(8) is None
+    assert deferred.load_demos() == cold.local_replay.demos.size and deferred.load_demos() == 0  # once
+    assert deferred.local_replay.sample_demos(8)["intervention"].all()
     before, after = demo_error(cold, root), demo_error(warm, root)
     assert after < 0.1 < before, (before, after)
     batch = warm.local_replay.sample_demos(64)

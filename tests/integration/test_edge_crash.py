@@ -34,6 +34,8 @@ def test_training_survives_an_edge_daemon_killed_and_restarted(tmp_path):
         [
             "env.task=edge", "env.edge.host=127.0.0.1", f"env.edge.port={port}", "env.edge.reconnect_s=60",
             "env.max_episode_steps=100", "total_env_steps=1500", "algo.learning_starts=300", "algo.batch_size=64",
+            # survival, not learning: an update per env step, not the robot config's 4
+            "algo.utd_ratio=1",
             "policy.hidden=[64,64]", "publish_every_updates=10", "buffer.chunk_steps=25",
             "eval_every_steps=100000", "checkpoint_every_steps=100000",
             f"run_root={tmp_path}", "run_name=r", "progress=false",

@@ -91,6 +91,20 @@ def test_demo_mixing_ratio(tmp_path):
     assert ((batch["reward"] == -1).sum(axis=1) == 4).all()
 
 
+def test_demos_loaded_after_construction_are_the_ones_a_path_would_load(tmp_path):
+    demo_dir = tmp_path / "demos"
+    d = ReplayBuffer(100, demo_dir)
+    d.add({**chunk(20), "reward": np.full(20, -1.0, np.float32)})
+    d.close()
+    later = ReplayService(100, None)
+    assert later.sample_demos(4) is None
+    assert later.load_demos(str(demo_dir)) == 20
+    assert ReplayService(100, None, demo_path=str(demo_dir)).demos.size == later.demos.size
+    assert (later.sample_demos(4)["reward"] == -1).all()
+    with pytest.raises(FileNotFoundError, match="no replay log"):
+        later.load_demos(str(tmp_path / "nope"))
+
+
 def test_missing_demos_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no replay log"):
         ReplayService(10, None, demo_path=str(tmp_path / "nope"))

@@ -55,8 +55,10 @@ def fit_batches(got: dict[str, np.ndarray], wanted: int, sample_more) -> dict[st
 class Learner:
     def __init__(
         self, cfg, spec, run_dir: str, weight_store=None, replay=None, recovering: bool = False,
-        replica_options: dict[str, Any] | None = None,
+        replica_options: dict[str, Any] | None = None, defer_demos: bool = False,
     ):  # fmt: skip
+        """``defer_demos``: the collocated buffer's demonstrations are loaded by
+        :meth:`load_demos` (a run calls it once this actor is placed), not here."""
         torch.manual_seed(cfg.seed)
         threads = cfg.placement.get("learner_threads")
         torch.set_num_threads(max(1, int(cfg.placement.torch_threads if threads is None else threads)))
@@ -95,7 +97,7 @@ class Learner:
             self.local_replay = ReplayService(
                 cfg.buffer.capacity,
                 str(self.run_dir / "buffer") if cfg.buffer.persist else None,
-                cfg.demos,
+                None if defer_demos else cfg.demos,
                 seed=cfg.seed,
                 cameras=list(self.spec.cameras),
                 interventions_as_demos=interventions_as_demos(cfg),
@@ -112,6 +114,7 @@ class Learner:
             )
         else:
             self.remote_replay = replay
+        self._demos_due = cfg.demos if defer_demos and self.local_replay is not None else None
         self._prefetch = None
         self._publisher = None
         self.update_time = 0.0
@@ -135,6 +138,11 @@ class Learner:
     def started(self) -> bool:
         """Answers once the constructor has run (the actor was placed and built)."""
         return True
+
+    def load_demos(self) -> int:
+        """The demonstrations a deferred constructor left (collocated buffer); rows loaded."""
+        path, self._demos_due = self._demos_due, None
+        return self.local_replay.load_demos(path) if path else 0
 
     def warm_start_if_due(self) -> int:
         """The warm start a fresh run asks for (none on resume or recovery); its update count."""

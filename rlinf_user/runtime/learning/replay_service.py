@@ -71,24 +71,38 @@ class ReplayService:
             nstep=nstep, gamma=gamma,
         )  # fmt: skip
         self.restored = self.buffer.restore()
-        self.demos: ReplayBuffer | None = None
-        if demo_path:
-            self.demos = load_demo_buffer(demo_path, cameras, instruction, nstep=nstep, gamma=gamma)
-            if reward and reward.get("classifier"):
-                relabel_rewards(self.demos, reward)
-                self.demos.recompute_nstep()
-            if frame_features is not None:  # after relabelling: the classifier reads the frames
-                self.demos = featurize_buffer(self.demos, frame_features)
-            if embed_rows is not None:
-                self.demos = embed_buffer(self.demos, embed_rows)
         self.rng = np.random.default_rng(seed)
         self.lock = threading.Lock()
+        self.demos: ReplayBuffer | None = None
+        self._demo_settings = {"cameras": cameras, "instruction": instruction, "nstep": nstep, "gamma": gamma,
+                               "reward": reward, "frame_features": frame_features}  # fmt: skip
+        if demo_path:
+            self.load_demos(demo_path)
         self.order = SenderOrder()
         self.rejected = 0
         self.env_steps_stored = 0  # env steps of the rows stored (a chunk row: the steps it ran)
         self.interventions_as_demos = interventions_as_demos
         self._iv_index: np.ndarray | None = None  # positions of flagged transitions (cached)
         self.intervention_samples = 0  # intervention transitions drawn on the demo side
+
+    def load_demos(self, demo_path: str) -> int:
+        """The demonstrations the demo side of each batch samples (rewards relabelled by a
+        classifier, frames encoded, rows embedded, as configured); their row count. Camera
+        demonstrations take minutes on a CPU: a run calls this once the actor is placed, so
+        that a long load is not taken for an actor that cannot be placed."""
+        o = self._demo_settings
+        demos = load_demo_buffer(demo_path, o["cameras"], o["instruction"], nstep=o["nstep"], gamma=o["gamma"])
+        if o["reward"] and o["reward"].get("classifier"):
+            relabel_rewards(demos, o["reward"])
+            demos.recompute_nstep()
+        if o["frame_features"] is not None:  # after relabelling: the classifier reads the frames
+            demos = featurize_buffer(demos, o["frame_features"])
+        if self.embed_rows is not None:
+            demos = embed_buffer(demos, self.embed_rows)
+        with self.lock:
+            self.demos = demos
+        log.info("loaded %d demonstration rows from %s", demos.size, demo_path)
+        return demos.size
 
     def add(self, chunk: dict[str, np.ndarray], sender: str | None = None, seq: int = 0, base: int = 0) -> int:
         """Store a worker's chunk; numbered chunks are stored in their sender's order

@@ -43,7 +43,7 @@ class Supervision:
         options = self.plan.learner.actor_options()
         return self._learner_cls.options(**options).remote(
             self.cfg, self.spec, str(self.run_dir), self.weights, self.replay, recovering=recovering,
-            replica_options={k: v for k, v in options.items() if k != "max_concurrency"},
+            replica_options={k: v for k, v in options.items() if k != "max_concurrency"}, defer_demos=True,
         )  # fmt: skip
 
     def _restart_learner(self, err: BaseException) -> None:
@@ -60,6 +60,7 @@ class Supervision:
         log.error("the learner died (%s); restarting it from its latest checkpoint", root_cause(err))
         _kill(self.learner)
         self.learner = self._new_learner(recovering=True)
+        ray.get(self.learner.load_demos.remote())  # collocated: the demo side of its batches
         ckpt = latest_checkpoint(self.run_dir)
         floor = ray.get(self.weights.current_version.remote())
         state = ray.get(self.learner.recover.remote(str(ckpt) if ckpt else None, floor))

@@ -139,7 +139,7 @@ class Trainer(Supervision):
                 .remote(
                     cfg.buffer.capacity,
                     str(self.run_dir / "buffer") if cfg.buffer.persist else None,
-                    cfg.demos,
+                    None,  # the demonstrations: loaded once it is placed, below
                     cfg.seed,
                     list(self.spec.cameras),
                     interventions_as_demos(cfg),
@@ -158,6 +158,8 @@ class Trainer(Supervision):
                 )
             )
             self._check_started(self.replay, "the replay buffer")
+            if cfg.demos:  # as long as it takes (no start timeout): a large camera set takes minutes
+                ray.get(self.replay.load_demos.remote(cfg.demos))
         self._learner_cls = ray.remote(Learner)
         self.learner = self._new_learner()
         if cfg.resume:
@@ -178,7 +180,10 @@ class Trainer(Supervision):
             ) from err
         except ray.exceptions.RayActorError as err:
             raise RunError(f"the learner could not start: {root_cause(err)}") from err
-        ray.get(self.learner.warm_start_if_due.remote())  # as long as it takes (no start timeout)
+        # as long as they take (no start timeout): encoding a large set of camera demonstrations
+        # on a busy CPU outlasted the start timeout, and the run was refused as unplaceable
+        ray.get(self.learner.load_demos.remote())
+        ray.get(self.learner.warm_start_if_due.remote())
         self.progress.version = ray.get(self.learner.publish.remote())
         self.sink = self.replay if self.replay is not None else self.learner
         self.pool.set_sink(self.sink)
