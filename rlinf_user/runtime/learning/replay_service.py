@@ -74,8 +74,9 @@ class ReplayService:
         self.rng = np.random.default_rng(seed)
         self.lock = threading.Lock()
         self.demos: ReplayBuffer | None = None
-        self._demo_settings = {"cameras": cameras, "instruction": instruction, "nstep": nstep, "gamma": gamma,
-                               "reward": reward, "frame_features": frame_features}  # fmt: skip
+        # how load_demos reads and prepares the demonstrations
+        self._demo_cameras, self._demo_instruction = cameras, instruction
+        self._nstep, self._gamma, self._relabel, self._frame_features = nstep, gamma, reward, frame_features
         if demo_path:
             self.load_demos(demo_path)
         self.order = SenderOrder()
@@ -90,13 +91,13 @@ class ReplayService:
         classifier, frames encoded, rows embedded, as configured); their row count. Camera
         demonstrations take minutes on a CPU: a run calls this once the actor is placed, so
         that a long load is not taken for an actor that cannot be placed."""
-        o = self._demo_settings
-        demos = load_demo_buffer(demo_path, o["cameras"], o["instruction"], nstep=o["nstep"], gamma=o["gamma"])
-        if o["reward"] and o["reward"].get("classifier"):
-            relabel_rewards(demos, o["reward"])
+        demos = load_demo_buffer(demo_path, self._demo_cameras, self._demo_instruction, nstep=self._nstep,
+                                 gamma=self._gamma)  # fmt: skip
+        if self._relabel and self._relabel.get("classifier"):
+            relabel_rewards(demos, self._relabel)
             demos.recompute_nstep()
-        if o["frame_features"] is not None:  # after relabelling: the classifier reads the frames
-            demos = featurize_buffer(demos, o["frame_features"])
+        if self._frame_features is not None:  # after relabelling: the classifier reads the frames
+            demos = featurize_buffer(demos, self._frame_features)
         if self.embed_rows is not None:
             demos = embed_buffer(demos, self.embed_rows)
         with self.lock:
