@@ -60,7 +60,7 @@ class Supervision:
         log.error("the learner died (%s); restarting it from its latest checkpoint", root_cause(err))
         _kill(self.learner)
         self.learner = self._new_learner(recovering=True)
-        ray.get(self.learner.load_demos.remote())  # collocated: the demo side of its batches
+        self._load_demos(self.learner)  # collocated: the demo side of its batches
         ckpt = latest_checkpoint(self.run_dir)
         floor = ray.get(self.weights.current_version.remote())
         state = ray.get(self.learner.recover.remote(str(ckpt) if ckpt else None, floor))

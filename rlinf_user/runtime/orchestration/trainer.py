@@ -159,7 +159,7 @@ class Trainer(Supervision):
             )
             self._check_started(self.replay, "the replay buffer")
             if cfg.demos:  # as long as it takes (no start timeout): a large camera set takes minutes
-                ray.get(self.replay.load_demos.remote(cfg.demos))
+                self._load_demos(self.replay, cfg.demos)
         self._learner_cls = ray.remote(Learner)
         self.learner = self._new_learner()
         if cfg.resume:
@@ -182,7 +182,7 @@ class Trainer(Supervision):
             raise RunError(f"the learner could not start: {root_cause(err)}") from err
         # as long as they take (no start timeout): encoding a large set of camera demonstrations
         # on a busy CPU outlasted the start timeout, and the run was refused as unplaceable
-        ray.get(self.learner.load_demos.remote())
+        self._load_demos(self.learner)
         ray.get(self.learner.warm_start_if_due.remote())
         self.progress.version = ray.get(self.learner.publish.remote())
         self.sink = self.replay if self.replay is not None else self.learner
@@ -201,6 +201,16 @@ class Trainer(Supervision):
         self.pool.growing = True  # every role of the run is placed: free CPUs are free now
         if self.cfg.resume:
             log.info("replay after restore: %s", ray.get(self.learner.replay_stats.remote()))
+
+    def _load_demos(self, actor, *path: str) -> int:
+        """The demonstrations, loaded by the actor that samples them (no timeout); a set that
+        fails while it loads is one clear error, as it was when the constructor loaded it."""
+        import ray
+
+        try:
+            return ray.get(actor.load_demos.remote(*path))
+        except ray.exceptions.RayError as err:
+            raise RunError(f"demos={self.cfg.demos}: could not be loaded: {root_cause(err)}") from err
 
     def _check_started(self, actor, what: str) -> None:
         """Wait for an actor's constructor; its failure (e.g. a replay capacity that
